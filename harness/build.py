@@ -1,0 +1,73 @@
+"""Where solutions' extensions are built, for which GPU, and how a failed build is summarised.
+
+Each solution file gets its own TORCH_EXTENSIONS_DIR under .build/, keyed by torch version and target
+arch. torch's JIT loader rebuilds only when the sources or flags change (it hashes them and ninja
+sees unchanged files), so a second `make eval` reuses the build.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from .problem import REPO_ROOT
+
+BUILD_ROOT = Path(os.environ.get("HARNESS_BUILD_DIR", REPO_ROOT / ".build"))
+
+
+def arch_list() -> str:
+    """The arch flags that match this GPU (9.0 on an H200); TORCH_CUDA_ARCH_LIST wins when set."""
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"]
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"{major}.{minor}"
+    return "9.0"
+
+
+def extension_dir(solution: Path, problem: str) -> Path:
+    digest = hashlib.sha256(str(solution.resolve()).encode()).hexdigest()[:8]
+    tag = f"torch{torch.__version__.split('+')[0]}-cuda{torch.version.cuda or 'none'}-sm{arch_list().replace('.', '').replace(';', '_')}"
+    return BUILD_ROOT / tag / f"{problem}-{solution.stem}-{digest}"
+
+
+def prepare_build_env(solution: Path, problem: str) -> Path:
+    """Set the variables torch.utils.cpp_extension reads, before the solution is imported."""
+    directory = extension_dir(solution, problem)
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(directory)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list()
+    os.environ.setdefault("MAX_JOBS", str(max(1, min(8, (os.cpu_count() or 2)))))
+    if not os.environ.get("CUDA_HOME") and Path("/usr/local/cuda").is_dir():
+        os.environ["CUDA_HOME"] = "/usr/local/cuda"
+    return directory
+
+
+def built_libraries(directory: Path) -> dict:
+    return {str(p): p.stat().st_mtime for p in directory.rglob("*.so")}
+
+
+_ERROR_LINE = re.compile(r"(error|undefined reference|fatal)", re.IGNORECASE)
+_NOISE = re.compile(r"^(ninja: build stopped|FAILED:|Error building extension|subprocess\.|Traceback|\s*\^)")
+
+
+def summarise_build_error(message: str, max_lines: int = 2, width: int = 300) -> str:
+    """The first compiler error lines of a failed build, on one line."""
+    picked = []
+    for line in message.splitlines():
+        line = line.strip()
+        if line and _ERROR_LINE.search(line) and not _NOISE.match(line):
+            line = re.sub(r"^/\S*/", "", line)  # drop the long build-directory prefix of paths
+            if line not in picked:
+                picked.append(line)
+        if len(picked) == max_lines:
+            break
+    text = " | ".join(picked) if picked else message.strip().splitlines()[0] if message.strip() else "build failed"
+    return text[:width]
+
+
+def is_build_failure(error: BaseException) -> bool:
+    return "Error building extension" in str(error) or "error: command" in str(error)

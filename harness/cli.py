@@ -1,0 +1,174 @@
+"""`python -m harness COMMAND`: eval, leaderboard, selfcheck, list."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from . import leaderboard
+from .problem import PROBLEMS_DIR, REPO_ROOT, SOLUTIONS_DIR, ProblemError, available_problems, discover_solutions, find_problem
+from .records import RESULTS_DIR
+from .report import Reporter
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ev = sub.add_parser("eval", help="build, check and time solutions of problems, then refresh the leaderboard")
+    ev.add_argument("problems", nargs="*", help="problem names (default: all, or the one holding --solution)")
+    ev.add_argument("--solution", action="append", default=[], help="a solution file (repeatable); default: every file in solutions/<problem>/")
+    ev.add_argument("--seed", type=int, help="replay a run with this master seed (recorded in runs.jsonl)")
+    ev.add_argument("--json", action="store_true", help="print the records as JSON on stdout")
+    ev.add_argument("--shape", action="append", default=[], help="only these shape names (repeatable)")
+    ev.add_argument("--trials", type=int, default=5, help="correctness trials per shape (at least 5 unless testing)")
+    ev.add_argument("--budget", type=float, default=2.0, help="timing budget in seconds per target and shape")
+    ev.add_argument("--timeout", type=float, default=300.0, help="seconds a single call may take before it counts as hung")
+    ev.add_argument("--build-timeout", type=float, default=1800.0, help="seconds a build may take")
+    ev.add_argument("--no-baselines", action="store_true", help="skip the eager and torch.compile baselines")
+    ev.add_argument("--no-externals", action="store_true", help="skip other libraries (quack, Liger)")
+    ev.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    ev.add_argument("--results", type=Path, default=RESULTS_DIR, help="where runs.jsonl and the leaderboard live")
+    ev.add_argument("--problems-dir", type=Path, default=PROBLEMS_DIR, help=argparse.SUPPRESS)
+
+    lb = sub.add_parser("leaderboard", help="regenerate results/leaderboard.md and .json from runs.jsonl")
+    lb.add_argument("--results", type=Path, default=RESULTS_DIR)
+
+    sc = sub.add_parser("selfcheck", help="show that each problem's tolerances reject zeros, constants and wrong inputs")
+    sc.add_argument("problems", nargs="*")
+    sc.add_argument("--device", default=None)
+
+    sub.add_parser("list", help="list problems and their solutions")
+    return parser
+
+
+def _device(name):
+    if name:
+        return torch.device(name)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _resolve_solution(text: str) -> Path:
+    path = Path(text)
+    if not path.is_absolute() and not path.exists():
+        path = REPO_ROOT / text
+    if not path.is_file():
+        folder = path.parent if path.parent.is_dir() else SOLUTIONS_DIR
+        existing = sorted(str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p) for p in folder.rglob("*.py"))[:20]
+        raise ProblemError(f"no solution file {text!r}; files under {folder}: {', '.join(existing) or 'none'}")
+    return path.resolve()
+
+
+def _problem_of(path: Path, problems_dir: Path) -> str:
+    for part in reversed(path.parent.parts):
+        if (problems_dir / part / "problem.yaml").is_file():
+            return part
+    raise ProblemError(f"cannot tell which problem {path} is for: name it (e.g. `eval softmax --solution {path}`); problems: {', '.join(available_problems(problems_dir))}")
+
+
+def _targets(problem, solutions: list, args, device) -> list:
+    from .runner import Target
+
+    targets = []
+    if not args.no_baselines:
+        targets.append(Target("eager", "eager"))
+        if device.type == "cuda":
+            targets.append(Target("compile", "torch.compile"))
+    if not args.no_externals and device.type == "cuda":
+        targets += [Target("external", e.name, requires=e.requires, function=e.function) for e in problem.externals]
+    targets += [Target("solution", p.stem, path=p) for p in solutions]
+    return targets
+
+
+def _relative(path: Path) -> Path:
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def cmd_eval(args) -> int:
+    from .runner import Config, Run
+
+    device = _device(args.device)
+    named = [_resolve_solution(s) for s in args.solution]
+    names = args.problems or sorted({_problem_of(p, args.problems_dir) for p in named}) or available_problems(args.problems_dir)
+    problems = [find_problem(n, args.problems_dir) for n in names]
+    reporter = Reporter(quiet=False)
+    if device.type != "cuda":
+        reporter.console.print("[yellow]No CUDA device: solutions that build CUDA kernels need a GPU and will not be timed here; "
+                               "pure-PyTorch solutions run on the CPU with a wall-clock timer.[/yellow]")
+    config = Config(trials=args.trials, budget_s=args.budget, call_timeout_s=args.timeout, build_timeout_s=args.build_timeout,
+                    shapes=tuple(args.shape))
+    run = Run(device, args.results / "runs.jsonl", config, seed=args.seed, reporter=reporter)
+    reporter.console.print(f"run {run.run_id}, seed {run.seed} (replay with --seed {run.seed}); device {run.env['gpu']}"
+                           + (f", copy bandwidth {run.copy_bw / 1e12:.2f} TB/s" if run.copy_bw else ""))
+    all_records, named_failed = [], False
+    for problem in problems:
+        if named and len(problems) == 1:
+            solutions = named
+        elif named:
+            solutions = [p for p in named if _problem_of(p, args.problems_dir) == problem.name]
+        else:
+            solutions = discover_solutions(problem.name)
+        solutions = [_relative(p) for p in solutions]
+        reporter.heading(f"{problem.name}: {problem.description}")
+        records = run.evaluate_problem(problem, _targets(problem, solutions, args, device))
+        reporter.table(problem.name, run.env["gpu"], records)
+        all_records += records
+        named_failed |= any(r["status"] == "failed" and r["kind"] == "solution" for r in records) and bool(named)
+    summary = leaderboard.regenerate(args.results)
+    reporter.console.print(f"leaderboard: {args.results / 'leaderboard.md'} ({summary['records']} records)")
+    if args.json:
+        print(json.dumps(all_records, indent=1, default=str))
+    return 1 if named_failed else 0
+
+
+def cmd_selfcheck(args) -> int:
+    from .correctness import self_check
+
+    device = _device(args.device)
+    reporter = Reporter()
+    bad = 0
+    for name in args.problems or available_problems():
+        lines = self_check(find_problem(name), device)
+        wrong = [l for l in lines if not l.ok]
+        bad += len(wrong)
+        reporter.console.print(f"{name}: {len(lines) - len(wrong)}/{len(lines)} self-check cases as expected")
+        for l in wrong:
+            reporter.console.print(f"  [red]{l.shape}: {l.case} should {l.expected} but did {l.got}[/red]")
+    return 1 if bad else 0
+
+
+def cmd_list(_args) -> int:
+    for name in available_problems():
+        problem = find_problem(name)
+        solutions = ", ".join(p.name for p in discover_solutions(name)) or "no solutions yet"
+        print(f"{name}: {problem.description}\n  solutions: {solutions}\n  timing shapes: {', '.join(s.name for s in problem.shapes_for('timing'))}")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "eval":
+            return cmd_eval(args)
+        if args.command == "leaderboard":
+            summary = leaderboard.regenerate(args.results)
+            print(f"wrote {args.results / 'leaderboard.md'} and leaderboard.json from {summary['records']} records"
+                  + (f" ({summary['skipped_lines']} unreadable lines skipped)" if summary["skipped_lines"] else ""))
+            return 0
+        if args.command == "selfcheck":
+            return cmd_selfcheck(args)
+        return cmd_list(args)
+    except ProblemError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: records already written are kept", file=sys.stderr)
+        return 130
+    finally:
+        sys.stdout.flush()

@@ -1,0 +1,153 @@
+"""Verdicts on one output: compared with a float64 reference, in the checker's process only.
+
+An output passes when it is a plain tensor of the reference's shape, dtype and device, its NaN and
+inf positions match, every element is within atol + rtol*|ref|, AND its relative L2 error is small:
+the last rule is what makes all-zeros or a constant fail even where every element is below atol.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .problem import Problem, Shape
+
+# Byte patterns the worker fills freed memory with; an output made of them was never written.
+POISON_BYTE = 0xFF
+
+
+@dataclasses.dataclass
+class Verdict:
+    ok: bool
+    rule: str = ""
+    reason: str = ""
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    rel_l2: float = 0.0
+
+    def summary(self) -> dict:
+        return {"max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2}
+
+
+def reference_output(problem: Problem, shape: Shape, inputs: list, device) -> torch.Tensor:
+    """The reference model run on float64 copies of the inputs (the 'higher precision' truth)."""
+    model = problem.make_reference(shape, device).to(torch.float64)
+    upcast = [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    with torch.no_grad():
+        return model(*upcast)
+
+
+def native_reference(problem: Problem, shape: Shape, inputs: list, device) -> torch.Tensor:
+    """The reference model at the problem's dtype: what eager PyTorch returns."""
+    with torch.no_grad():
+        return problem.make_reference(shape, device)(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+
+
+def _all_poison(values: torch.Tensor) -> torch.Tensor:
+    if values.element_size() not in (1, 2, 4, 8):
+        return torch.zeros_like(values, dtype=torch.bool)
+    as_int = values.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[values.element_size()])
+    pattern = 0xFF if values.element_size() == 1 else -1
+    return as_int == pattern
+
+
+def check_output(output, expected: torch.Tensor, expected_dtype: torch.dtype, tolerance: dict) -> Verdict:
+    """Compare one output with the float64 reference `expected` (whose dtype is float64)."""
+    if type(output) is not torch.Tensor:  # noqa: E721 - subclasses are exactly what we refuse
+        return Verdict(False, "bad-output", f"returned {type(output).__module__}.{type(output).__qualname__}, not a plain torch.Tensor")
+    if output.shape != expected.shape:
+        return Verdict(False, "bad-output", f"shape {tuple(output.shape)}, expected {tuple(expected.shape)}")
+    if output.dtype != expected_dtype:
+        return Verdict(False, "bad-output", f"dtype {output.dtype}, expected {expected_dtype}")
+    if output.device.type != expected.device.type:
+        return Verdict(False, "bad-output", f"on {output.device}, expected {expected.device.type}")
+    if output.numel() and 0 in output.stride():
+        return Verdict(False, "bad-output", "output is a broadcast view (a stride is 0), not a materialised result")
+
+    got = output.detach().to(torch.float64)
+    want = expected.to(got.device, torch.float64)
+    nan_got, nan_want = torch.isnan(got), torch.isnan(want)
+    finite_want = torch.isfinite(want)
+    if (nan_got & ~nan_want).any() and (_all_poison(output) & ~nan_want).any():
+        count = int((_all_poison(output) & ~nan_want).sum())
+        return Verdict(False, "uninitialised-output", f"{count} of {output.numel()} elements hold the poison pattern of freed memory (never written)")
+    if not torch.equal(nan_got, nan_want):
+        return Verdict(False, "wrong-output", f"NaN positions differ ({int(nan_got.sum())} NaN in output, {int(nan_want.sum())} in reference)")
+    inf_want = torch.isinf(want)
+    if not torch.equal(torch.isinf(got), inf_want) or not torch.equal(got[inf_want], want[inf_want]):
+        return Verdict(False, "wrong-output", "inf positions or signs differ from the reference")
+
+    diff = (got - want).abs().where(finite_want, torch.zeros_like(got))
+    scale = want.abs().where(finite_want, torch.zeros_like(want))
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    max_rel = float((diff / scale.clamp_min(1e-30)).max()) if diff.numel() else 0.0
+    norm_want = float(torch.linalg.vector_norm(scale))
+    norm_diff = float(torch.linalg.vector_norm(diff))
+    rel_l2 = norm_diff / norm_want if norm_want > 0 else (0.0 if norm_diff <= tolerance["atol"] else float("inf"))
+    bad = diff > tolerance["atol"] + tolerance["rtol"] * scale
+    verdict = Verdict(True, max_abs=max_abs, max_rel=max_rel, rel_l2=rel_l2)
+    if bad.any():
+        verdict.ok, verdict.rule = False, "wrong-output"
+        verdict.reason = (f"{int(bad.sum())} of {output.numel()} elements outside atol={tolerance['atol']:g} rtol={tolerance['rtol']:g} "
+                          f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g})")
+    elif rel_l2 > tolerance["rel_l2"]:
+        verdict.ok, verdict.rule = False, "wrong-output"
+        verdict.reason = f"relative L2 error {rel_l2:.3g} > {tolerance['rel_l2']:g} (max abs err {max_abs:.3g})"
+    return verdict
+
+
+def inputs_unchanged(originals: list, after: list) -> str:
+    """'' when every input after the call equals (bit for bit) the input the checker drew."""
+    if len(originals) != len(after):
+        return f"{len(after)} inputs came back, {len(originals)} were drawn"
+    for i, (a, b) in enumerate(zip(originals, after)):
+        if isinstance(a, torch.Tensor):
+            if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+                return f"input {i} changed shape or dtype"
+            if not torch.equal(a, b.to(a.device)):
+                if a.is_floating_point():
+                    changed = int((a != b.to(a.device)).sum() - (a.isnan() & b.to(a.device).isnan()).sum())
+                    if changed == 0:
+                        continue
+                else:
+                    changed = int((a != b.to(a.device)).sum())
+                return f"input {i} differs in {changed} of {a.numel()} elements from what the checker drew"
+    return ""
+
+
+@dataclasses.dataclass
+class SelfCheckLine:
+    shape: str
+    case: str
+    expected: str
+    got: str
+
+    @property
+    def ok(self) -> bool:
+        return self.expected == self.got
+
+
+def self_check(problem: Problem, device, seed: int = 1234) -> list:
+    """Prove the tolerances discriminate: on every correctness shape the eager reference at the problem's
+    dtype passes, while zeros, a constant and the reference's output for other inputs fail. Where the
+    output does not depend on the input at all (softmax of width 1), only zeros can be told apart."""
+    lines = []
+    for shape in problem.shapes_for("correctness"):
+        tolerance = problem.tolerance_for(shape.dtype)
+        inputs = problem.make_inputs(shape, seed, device)
+        other = problem.make_inputs(shape, seed + 1, device)
+        truth = reference_output(problem, shape, inputs, device)
+        other_truth = native_reference(problem, shape, other, device)
+        native = native_reference(problem, shape, inputs, device)
+        cases = {
+            "eager reference": (native, "pass"),
+            "zeros": (torch.zeros_like(native), "fail"),
+            "constant (mean of other output)": (torch.full_like(native, float(other_truth.float().mean())), "fail"),
+            "reference output for other inputs": (other_truth, "fail"),
+        }
+        if torch.equal(native, other_truth):
+            del cases["constant (mean of other output)"], cases["reference output for other inputs"]
+        for case, (candidate, expected) in cases.items():
+            verdict = check_output(candidate, truth, shape.torch_dtype, tolerance)
+            lines.append(SelfCheckLine(shape.name, case, expected, "pass" if verdict.ok else "fail"))
+    return lines

@@ -1,0 +1,114 @@
+"""results/leaderboard.md and results/leaderboard.json, rebuilt from runs.jsonl.
+
+Per problem and device: the latest run's baselines (eager, torch.compile) and other libraries as
+reference rows; each solution's latest record; correct solutions ranked by the geometric mean of their
+speedup over eager (both measured in the same run) across the timing shapes; failures below, with why.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .records import read_records, write_atomic
+
+
+def _geomean(values):
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def _latest(records: list) -> dict:
+    """The newest record per (problem, device, kind, name-or-path)."""
+    latest = {}
+    for r in records:
+        key = (r.get("problem"), r.get("device"), r.get("kind"), r.get("path") or r.get("name"))
+        if key not in latest or r["env"]["date"] >= latest[key]["env"]["date"]:
+            latest[key] = r
+    return latest
+
+
+def build(records: list) -> dict:
+    """{problem: {device: {...}}} with ranked solutions, reference rows and failures."""
+    board = {}
+    for (problem, device, kind, _), r in sorted(_latest(records).items(), key=lambda kv: kv[1]["env"]["date"]):
+        cell = board.setdefault(problem, {}).setdefault(device, {"references": [], "ranked": [], "failed": [], "skipped": [], "shapes": []})
+        for t in r["timings"]:
+            if t["shape"] not in cell["shapes"]:
+                cell["shapes"].append(t["shape"])
+        summary = {
+            "name": r["name"], "path": r.get("path"), "kind": kind, "status": r["status"], "rule": r.get("rule", ""),
+            "reason": r.get("reason", ""), "date": r["env"]["date"], "torch": r["env"]["torch"], "run_id": r["run_id"],
+            "commit": r["env"].get("harness_commit"), "sha256": r.get("sha256"),
+            "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct")} for t in r["timings"]},
+            "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
+            "own_kernel_share": (r.get("profile") or {}).get("own_share"),
+        }
+        if r["status"] == "failed":
+            cell["failed"].append(summary)
+        elif r["status"] == "skipped":
+            cell["skipped"].append(summary)
+        elif kind == "solution":
+            cell["ranked"].append(summary)
+        else:
+            cell["references"].append(summary)
+    for devices in board.values():
+        for cell in devices.values():
+            cell["ranked"].sort(key=lambda s: -(s["geomean_speedup_eager"] or 0))
+            for rank, s in enumerate(cell["ranked"], 1):
+                s["rank"] = rank
+    return board
+
+
+def _fmt(value, spec, suffix=""):
+    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:{spec}}{suffix}"
+
+
+def _row(s: dict, shapes: list, label: str) -> str:
+    cells = [label, _fmt(s["geomean_speedup_eager"], ".2f", "x")]
+    for shape in shapes:
+        t = s["timings"].get(shape)
+        if not t:
+            cells.append("-")
+            continue
+        cells.append(f"{_fmt(t['median_ms'], '.4g')} ms · {_fmt(t.get('speedup_eager'), '.2f', 'x')} eager · "
+                     f"{_fmt(t.get('speedup_compile'), '.2f', 'x')} compile · {_fmt(t.get('pct_copy_bw'), '.0f', '%')} BW")
+    return "| " + " | ".join(cells) + " |"
+
+
+def render_markdown(board: dict) -> str:
+    out = ["# Leaderboard", "",
+           "Generated from `results/runs.jsonl` by `make leaderboard`. Per problem and GPU: correct solutions ranked by the",
+           "geometric mean of their speedup over eager PyTorch across the timing shapes, both timed in the same run",
+           "(median of CUDA-event timings, L2 flushed before every call, fresh inputs). Each cell: median time · speedup",
+           "over eager · over torch.compile · share of the device's measured copy bandwidth (bytes read + written).", ""]
+    for problem in sorted(board):
+        for device, cell in sorted(board[problem].items(), key=lambda kv: str(kv[0])):
+            shapes = cell["shapes"]
+            dates = sorted({s["date"][:10] for group in ("ranked", "references") for s in cell[group]})
+            torches = sorted({s["torch"] for group in ("ranked", "references") for s in cell[group]})
+            out += [f"## {problem} on {device}", "", f"Measured {', '.join(dates) or '-'}; torch {', '.join(torches) or '-'}.", ""]
+            out.append("| solution | geomean vs eager | " + " | ".join(shapes) + " |")
+            out.append("|" + "---|" * (len(shapes) + 2))
+            for s in cell["ranked"]:
+                out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**"))
+            for s in cell["references"]:
+                out.append(_row(s, shapes, f"*{s['name']}* (reference)"))
+            out.append("")
+            if cell["failed"]:
+                out += ["Rejected or failed:", ""]
+                out += [f"- `{s['path'] or s['name']}`: **{s['rule']}**: {s['reason']}" for s in cell["failed"]]
+                out.append("")
+            if cell["skipped"]:
+                out += ["Not run:", ""] + [f"- `{s['path'] or s['name']}`: {s['reason']}" for s in cell["skipped"]] + [""]
+    if len(out) == 6:
+        out.append("No runs recorded yet: `make eval PROBLEM=<name>` on a GPU machine.")
+    return "\n".join(out) + "\n"
+
+
+def regenerate(results_dir: Path) -> dict:
+    records, skipped = read_records(results_dir / "runs.jsonl")
+    board = build(records)
+    write_atomic(results_dir / "leaderboard.md", render_markdown(board))
+    write_atomic(results_dir / "leaderboard.json", json.dumps(board, indent=1, sort_keys=True, default=str) + "\n")
+    return {"records": len(records), "skipped_lines": skipped, "problems": sorted(board)}

@@ -1,0 +1,79 @@
+"""Terminal output: progress lines while a run goes, then one table per problem."""
+from __future__ import annotations
+
+import math
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+
+class Reporter:
+    def __init__(self, quiet: bool = False, stream=None):
+        self.console = Console(file=stream or sys.stderr, highlight=False, soft_wrap=True)
+        self.quiet = quiet
+
+    def __call__(self, message: str = "", record: dict | None = None):
+        if self.quiet:
+            return
+        if record is not None:
+            self.console.print(f"  [bold]{record.get('path') or record['name']}[/bold]: {verdict_text(record)}")
+        elif message:
+            self.console.print(f"  [dim]{message}[/dim]")
+
+    def heading(self, text: str):
+        if not self.quiet:
+            self.console.rule(text)
+
+    def table(self, problem: str, device: str, records: list):
+        shapes = []
+        for r in records:
+            for t in r["timings"]:
+                if t["shape"] not in shapes:
+                    shapes.append(t["shape"])
+        table = Table(title=f"{problem} on {device}", show_lines=False)
+        table.add_column("target")
+        table.add_column("verdict")
+        for shape in shapes:
+            table.add_column(shape, justify="right")
+        for r in records:
+            timings = {t["shape"]: t for t in r["timings"]}
+            cells = []
+            for shape in shapes:
+                t = timings.get(shape)
+                cells.append(timing_cell(t) if t else "-")
+            table.add_row(r.get("path") or r["name"], verdict_text(r, short=True), *cells)
+        self.console.print(table)
+        for r in records:
+            if r["status"] != "ok" and r.get("reason"):
+                self.console.print(f"[red]{r.get('path') or r['name']}[/red]: {r.get('rule') or r['status']}: {r['reason']}")
+            for warning in r.get("warnings", [])[:4]:
+                if r["kind"] == "solution":
+                    self.console.print(f"[yellow]warning[/yellow] {r.get('path')}: {warning}")
+
+
+def _num(value, spec):
+    return "-" if value is None or not math.isfinite(value) else format(value, spec)
+
+
+def timing_cell(t: dict) -> str:
+    parts = [f"{_num(t['median_ms'], '.4g')} ms"]
+    if "speedup_eager" in t:
+        parts.append(f"{_num(t['speedup_eager'], '.2f')}x eager")
+    if "speedup_compile" in t:
+        parts.append(f"{_num(t['speedup_compile'], '.2f')}x compile")
+    if "pct_copy_bw" in t:
+        parts.append(f"{_num(t['pct_copy_bw'], '.0f')}% BW")
+    return "\n".join(parts)
+
+
+def verdict_text(record: dict, short: bool = False) -> str:
+    if record["status"] == "ok":
+        checked = sum(c["trials"] for c in record["checks"])
+        text = "correct" if record["kind"] == "solution" else "reference"
+        if checked and not short:
+            text += f" ({checked} trials over {len(record['checks'])} shapes)"
+        return f"[green]{text}[/green]"
+    if record["status"] == "skipped":
+        return f"[yellow]not run[/yellow]" + ("" if short else f": {record['reason']}")
+    return f"[red]REJECTED: {record['rule']}[/red]" + ("" if short else f": {record['reason']}")

@@ -1,0 +1,320 @@
+"""The parent process: runs each target in a worker of its own, checks, applies the rules, records.
+
+This process holds the run's master seed, draws every input itself, computes every expected output
+(in float64) and never imports solution code. Order per problem: the self-check of the tolerances,
+the baselines (eager reference, torch.compile), other libraries, then each solution.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+from . import worker
+from .correctness import check_output, inputs_unchanged, reference_output, self_check
+from .problem import Problem, ProblemError
+from .records import append_record, environment
+from .scan import needs_cuda, scan_source
+from .seeds import derive_seed, new_master_seed
+from .timing import copy_bandwidth, matmul_rate
+
+# A time that implies more than this multiple of the measured copy bandwidth (or of the bf16 matrix
+# rate) cannot be real: read-only streams reach ~1.03x the copy figure, so 1.25x leaves honest margin.
+PHYSICS_MARGIN = 1.25
+
+
+@dataclasses.dataclass
+class Target:
+    kind: str  # solution | eager | compile | external
+    name: str
+    path: Path | None = None
+    requires: tuple = ()
+    function: str = ""
+
+    @property
+    def label(self) -> str:
+        return str(self.path) if self.path else self.name
+
+
+@dataclasses.dataclass
+class Config:
+    trials: int = 5
+    budget_s: float = 2.0
+    min_reps: int = 10
+    keep: int = 2
+    call_timeout_s: float = 300.0
+    build_timeout_s: float = 1800.0
+    shapes: tuple = ()
+    profile: bool = True
+    memory_budget_bytes: float = 24e9
+
+
+def cpu_timing_shape(problem: Problem):
+    """Without a GPU the timing shapes are too large to be useful: time the largest correctness
+    shape of at most 64 MB instead (the CPU run exercises the pipeline; its numbers rank nothing)."""
+    small = [s for s in problem.shapes_for("correctness") if problem.bytes_moved(s) <= 64e6]
+    return max(small, key=problem.bytes_moved) if small else problem.default_shape
+
+
+class Failure(Exception):
+    def __init__(self, rule: str, reason: str):
+        super().__init__(reason)
+        self.rule, self.reason = rule, reason
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class WorkerHandle:
+    """One spawned worker process and the request/reply protocol with a timeout per request."""
+
+    def __init__(self, spec: dict):
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=worker.main, args=(child, spec), daemon=True)
+        self.process.start()
+        child.close()
+
+    def request(self, msg: dict, timeout: float, phase: str) -> dict:
+        try:
+            self.conn.send(msg)
+        except (BrokenPipeError, OSError):
+            raise self._death(phase) from None
+        deadline = time.monotonic() + timeout
+        while not self.conn.poll(0.2):
+            if not self.process.is_alive() and not self.conn.poll(0.5):
+                raise self._death(phase)
+            if time.monotonic() > deadline:
+                self.kill()
+                raise Failure("timeout", f"no answer after {timeout:.0f} s while {phase} (hung kernel or endless loop); process killed")
+        try:
+            reply = self.conn.recv()
+        except (EOFError, OSError):
+            raise self._death(phase) from None
+        if reply.get("status") == "fail":
+            raise Failure(reply["rule"], reply["reason"])
+        return reply
+
+    def _death(self, phase: str) -> Failure:
+        self.process.join(5)
+        code = self.process.exitcode
+        if code is not None and code < 0:
+            return Failure("crash", f"process killed by {_signal_name(code)} while {phase}")
+        return Failure("crash", f"process exited (status {code}) while {phase}")
+
+    def ack(self):
+        self.conn.send({"cmd": "ack"})
+
+    def kill(self):
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(10)
+
+    def close(self):
+        try:
+            if self.process.is_alive():
+                self.conn.send({"cmd": "quit"})
+                self.process.join(20)
+        except (BrokenPipeError, OSError):
+            pass
+        self.kill()
+        self.conn.close()
+
+
+class Run:
+    """One `eval` invocation: its seed, device, ceilings and where records go."""
+
+    def __init__(self, device: torch.device, results_path: Path, config: Config, seed: int | None = None, reporter=None):
+        self.device = device
+        self.config = config
+        self.results_path = results_path
+        self.seed = new_master_seed() if seed is None else seed
+        self.run_id = uuid.uuid4().hex[:12]
+        self.env = environment(device)
+        self.report = reporter or (lambda *a, **k: None)
+        if device.type == "cuda":
+            self.report("measuring the device's copy bandwidth and matrix rate")
+            self.copy_bw = copy_bandwidth(device)
+            self.matmul_rate = matmul_rate(device)
+        else:
+            self.copy_bw = self.matmul_rate = 0.0
+        self.env.update(copy_bw_GBps=self.copy_bw / 1e9, bf16_matmul_TFLOPs=self.matmul_rate / 1e12)
+
+    # ------------------------------------------------------------------------------------------
+    def evaluate_problem(self, problem: Problem, targets: list) -> list:
+        lines = self_check(problem, self.device)
+        wrong = [f"{l.shape}/{l.case}: expected {l.expected}, got {l.got}" for l in lines if not l.ok]
+        if wrong:
+            raise ProblemError(f"{problem.name}: the self-check failed, its tolerances do not separate right from wrong: {'; '.join(wrong[:4])}")
+        self.report(f"self-check: {len(lines)} cases behave as expected (reference passes; zeros, constants, other inputs fail)")
+        baselines, records = {}, []
+        for target in targets:
+            record = self.evaluate_target(problem, target, baselines)
+            if target.kind in ("eager", "compile") and record["status"] == "ok":
+                for entry in record["timings"]:
+                    baselines.setdefault(entry["shape"], {})[target.kind] = entry["median_ms"]
+            append_record(record, self.results_path)
+            records.append(record)
+            self.report(record=record)
+        return records
+
+    def _base_record(self, problem: Problem, target: Target) -> dict:
+        record = {
+            "run_id": self.run_id, "seed": self.seed, "problem": problem.name, "kind": target.kind,
+            "name": target.name, "path": str(target.path) if target.path else None, "status": "ok",
+            "rule": "", "reason": "", "checks": [], "timings": [], "warnings": [], "profile": None,
+            "device": self.env.get("gpu"), "env": self.env, "build_s": None,
+        }
+        if target.path:
+            import hashlib
+            record["sha256"] = hashlib.sha256(Path(target.path).read_bytes()).hexdigest()
+            record["warnings"] = scan_source(target.path, problem.reference_ops)
+        return record
+
+    def evaluate_target(self, problem: Problem, target: Target, baselines: dict) -> dict:
+        record = self._base_record(problem, target)
+        if target.kind == "compile" and self.device.type != "cuda":
+            record.update(status="skipped", reason="torch.compile baseline is timed on GPU runs only")
+            return record
+        if target.kind == "solution" and self.device.type != "cuda" and needs_cuda(target.path):
+            record.update(status="skipped", reason="builds CUDA kernels: needs a CUDA GPU, and this machine has none (not timed)")
+            return record
+        spec = {"kind": target.kind, "path": str(target.path) if target.path else None, "problem_dir": str(problem.directory),
+                "device": str(self.device), "requires": list(target.requires), "function": target.function}
+        self.report(f"{target.label}: starting")
+        handle = WorkerHandle(spec)
+        try:
+            loaded = handle.request({"cmd": "load"}, self.config.build_timeout_s, "building and loading")
+            record["build_s"] = round(loaded["build_s"], 3)
+            record["rebuilt"] = loaded["rebuilt"]
+            if target.kind == "solution":
+                self._check_correctness(problem, handle, record, target)
+                if self.device.type == "cuda" and self.config.profile:
+                    self._profile(problem, handle, record)
+            self._time(problem, handle, record, target, baselines)
+        except Failure as failure:
+            status = "skipped" if failure.rule == "unavailable" else "failed"
+            record.update(status=status, rule=failure.rule if status == "failed" else "", reason=failure.reason)
+        finally:
+            handle.close()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        return record
+
+    # ------------------------------------------------------------------------------------------
+    def _check_correctness(self, problem: Problem, handle: WorkerHandle, record: dict, target: Target):
+        trials = self.config.trials
+        for shape in problem.shapes_for("correctness", self.config.shapes):
+            self.report(f"{target.label}: checking {shape.name}")
+            tolerance = problem.tolerance_for(shape.dtype)
+            seeds = [derive_seed(self.seed, problem.name, shape.name, "check", t) for t in range(trials)]
+            plan = [(seed, None, f"trial {t + 1}") for t, seed in enumerate(seeds)]
+            plan.append((derive_seed(self.seed, problem.name, shape.name, "probe"), seeds[-1], "cache-probe trial"))
+            worst = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
+            for seed, probe_from, label in plan:
+                reply = handle.request({"cmd": "check", "shape": shape.name, "seed": seed, "probe_from": probe_from},
+                                       self.config.call_timeout_s, f"running {shape.name} {label}")
+                try:
+                    drawn = problem.make_inputs(shape, seed, self.device, probe_from)
+                    changed = inputs_unchanged(drawn, reply["inputs"])
+                    if changed:
+                        raise Failure("input-mutated", f"{shape.name}, {label}: {changed}")
+                    expected = reference_output(problem, shape, drawn, self.device)
+                    verdict = check_output(reply["output"], expected, shape.torch_dtype, tolerance)
+                finally:
+                    del reply
+                    handle.ack()
+                if not verdict.ok:
+                    where = " (inputs share their first and last elements with the previous trial: a cached result?)" if probe_from else ""
+                    raise Failure(verdict.rule, f"{shape.name} ({shape.dtype}), {label}: {verdict.reason}{where}")
+                for key, value in verdict.summary().items():
+                    worst[key] = max(worst[key], value)
+            record["checks"].append({"shape": shape.name, "dtype": shape.dtype, "trials": len(plan), "passed": True, **worst})
+
+    def _profile(self, problem: Problem, handle: WorkerHandle, record: dict):
+        shape = problem.default_shape
+        seed = derive_seed(self.seed, problem.name, shape.name, "profile")
+        result = handle.request({"cmd": "profile", "shape": shape.name, "seed": seed}, self.config.call_timeout_s, "profiling")
+        result.pop("status", None)
+        record["profile"] = result
+        if result["kernel_count"] and result["own_kernels"] == 0:
+            names = ", ".join(k["name"][:40] for k in result["kernels"][:3])
+            raise Failure("not-custom-kernel", f"launched {result['kernel_count']} kernel(s), none of its own ({names})")
+        if result["kernel_count"] == 0:
+            raise Failure("not-custom-kernel", "launched no GPU kernel at all during forward")
+
+    def _time(self, problem: Problem, handle: WorkerHandle, record: dict, target: Target, baselines: dict):
+        shapes = problem.shapes_for("timing", self.config.shapes)
+        if self.device.type != "cuda" and not self.config.shapes:
+            shapes = [cpu_timing_shape(problem)]
+        for shape in shapes:
+            self.report(f"{target.label}: timing {shape.name}")
+            nbytes, flops = problem.bytes_moved(shape), problem.flops(shape)
+            sets = max(1, min(4, int(self.config.memory_budget_bytes // max(nbytes, 1))))
+            seed = derive_seed(self.seed, problem.name, shape.name, "time")
+            msg = {"cmd": "time", "shape": shape.name, "seed": seed, "budget_s": self.config.budget_s,
+                   "min_reps": self.config.min_reps, "keep": self.config.keep, "sets_per_batch": sets}
+            reply = handle.request(msg, self.config.call_timeout_s + 10 * self.config.budget_s, f"timing {shape.name}")
+            try:
+                for kept in reply["kept"]:
+                    drawn = problem.make_inputs(shape, kept["seed"], self.device)
+                    changed = inputs_unchanged(drawn, kept["inputs"])
+                    if changed:
+                        raise Failure("input-mutated", f"{shape.name}, a timed call: {changed}")
+                    expected = reference_output(problem, shape, drawn, self.device)
+                    verdict = check_output(kept["output"], expected, shape.torch_dtype, problem.tolerance_for(shape.dtype))
+                    del expected, drawn
+                    if not verdict.ok:
+                        rule = "timed-output-wrong" if target.kind == "solution" else verdict.rule
+                        raise Failure(rule, f"{shape.name}: the output of a timed call is wrong: {verdict.reason}")
+                stats, batch = reply["stats"], reply.get("batch")
+            finally:
+                del reply
+                handle.ack()
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+            entry = self._timing_entry(shape, stats, batch, nbytes, flops, baselines)
+            record["timings"].append(entry)
+            if target.kind == "solution":
+                self._physics(shape, entry, batch)
+
+    def _timing_entry(self, shape, stats, batch, nbytes, flops, baselines) -> dict:
+        seconds = stats["median_ms"] / 1e3
+        entry = {"shape": shape.name, "dtype": shape.dtype, **{k: stats[k] for k in ("median_ms", "mean_ms", "std_ms", "min_ms", "max_ms", "reps", "se_pct", "timer", "budget_hit")},
+                 "bytes": nbytes, "flops": flops, "GBps": nbytes / seconds / 1e9 if seconds > 0 else math.inf,
+                 "TFLOPs": flops / seconds / 1e12 if seconds > 0 else math.inf, "batch": batch}
+        if self.copy_bw:
+            entry["pct_copy_bw"] = 100.0 * nbytes / seconds / self.copy_bw if seconds > 0 else math.inf
+        for kind in ("eager", "compile"):
+            base = baselines.get(shape.name, {}).get(kind)
+            if base and stats["median_ms"] > 0:
+                entry[f"speedup_{kind}"] = base / stats["median_ms"]
+        return entry
+
+    def _physics(self, shape, entry: dict, batch: dict | None):
+        if self.device.type != "cuda":
+            return
+        seconds = entry["median_ms"] / 1e3
+        floor_bytes = entry["bytes"] / (PHYSICS_MARGIN * self.copy_bw)
+        floor_flops = entry["flops"] / (PHYSICS_MARGIN * self.matmul_rate) if self.matmul_rate else 0.0
+        floor = max(floor_bytes, floor_flops)
+        if seconds < floor:
+            which = "bytes at the measured copy bandwidth" if floor_bytes >= floor_flops else "flops at the measured bf16 matrix rate"
+            raise Failure("impossible-time", f"{shape.name}: median {entry['median_ms'] * 1e3:.1f} us is below the physical floor of "
+                                             f"{floor * 1e6:.1f} us ({which}, with {PHYSICS_MARGIN}x margin)")
+        if batch:
+            host = batch["wall_ms_per_call"]
+            bound = 1.5 * max(entry["median_ms"], batch["launch_ms_per_call"]) + 0.02
+            if host > bound:
+                raise Failure("escaped-timing", f"{shape.name}: a device-synchronised batch took {host * 1e3:.1f} us per call but the "
+                                                f"timing events saw {entry['median_ms'] * 1e3:.1f} us: work escaped the events (another stream or thread?)")

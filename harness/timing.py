@@ -1,0 +1,156 @@
+"""Timing: the same code times solutions, the eager and compiled references, and other libraries.
+
+On a GPU each call is bracketed by CUDA events recorded on the current stream, after an L2 flush
+(writing a buffer of at least twice the L2). Calls run in batches over freshly drawn input sets, and
+batches continue until the standard error of the mean is under 1% (at least `min_reps` calls) or the
+time budget is spent. On the CPU a wall clock brackets each call instead.
+
+The functions below are bound at import, before any solution code runs, and keep their own references
+to the clock and event methods, so a solution that patches torch or time cannot change what they read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+
+import torch
+
+_perf_counter = time.perf_counter
+_Event = torch.cuda.Event
+_elapsed_time = torch.cuda.Event.elapsed_time
+_event_record = torch.cuda.Event.record
+_event_synchronize = torch.cuda.Event.synchronize
+_cuda_synchronize = torch.cuda.synchronize
+
+
+@dataclasses.dataclass
+class TimingStats:
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    reps: int
+    se_pct: float
+    timer: str
+    budget_hit: bool = False
+
+    @classmethod
+    def from_samples(cls, samples: list, timer: str, budget_hit: bool) -> "TimingStats":
+        mean = statistics.fmean(samples)
+        std = statistics.stdev(samples) if len(samples) > 1 else 0.0
+        se_pct = 100.0 * std / math.sqrt(len(samples)) / mean if mean > 0 else 0.0
+        return cls(statistics.median(samples), mean, std, min(samples), max(samples), len(samples), se_pct, timer, budget_hit)
+
+
+class L2Flusher:
+    """Writes a buffer of at least twice the L2 before each timed call so that no call finds its data cached."""
+
+    def __init__(self, device):
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
+        self.nbytes = max(2 * l2, 256 * 2**20)
+        self.buffer = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)
+
+    def __call__(self):
+        self.buffer.fill_(0x5A5A5A5A)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        _cuda_synchronize(device)
+
+
+def time_calls(fn, draw_set, device, *, budget_s=2.0, min_reps=10, max_reps=2000, sets_per_batch=4,
+               target_se_pct=1.0, on_output=None):
+    """Time fn(*inputs) over fresh input sets. draw_set(k) returns the k-th input set (a list).
+    on_output(k, output, inputs) is called after each timed call (outside the timed region)."""
+    is_cuda = device.type == "cuda"
+    flush = L2Flusher(device) if is_cuda else None
+    samples, k, start = [], 0, _perf_counter()
+    budget_hit = False
+    while True:
+        batch = [draw_set(k + i) for i in range(sets_per_batch)]
+        _sync(device)
+        if is_cuda:
+            events = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in batch]
+            outputs = []
+            for inputs, (begin, end) in zip(batch, events):
+                flush()
+                _event_record(begin)
+                outputs.append(fn(*inputs))
+                _event_record(end)
+            _event_synchronize(events[-1][1])
+            _sync(device)
+            samples.extend(_elapsed_time(begin, end) for begin, end in events)
+        else:
+            outputs = []
+            for inputs in batch:
+                t0 = _perf_counter()
+                outputs.append(fn(*inputs))
+                samples.append((_perf_counter() - t0) * 1e3)
+        if on_output is not None:
+            for i, (inputs, output) in enumerate(zip(batch, outputs)):
+                on_output(k + i, output, inputs)
+        del outputs, batch
+        k += sets_per_batch
+        stats = TimingStats.from_samples(samples, "cuda-events" if is_cuda else "wall-clock", False)
+        if len(samples) >= min_reps and stats.se_pct < target_se_pct:
+            break
+        if len(samples) >= max_reps:
+            break
+        if _perf_counter() - start > budget_s and len(samples) >= min_reps:
+            budget_hit = True
+            break
+    stats.budget_hit = budget_hit
+    return stats
+
+
+def host_batch_check(fn, input_sets: list, device, calls: int = 20) -> dict:
+    """A device-wide cross-check of the events: the host clock over a batch of calls that ends in a
+    device-wide synchronize catches work that escaped the timing events (another stream, a thread)."""
+    _sync(device)
+    t0 = _perf_counter()
+    for i in range(calls):
+        fn(*input_sets[i % len(input_sets)])
+    launched = _perf_counter()
+    _sync(device)
+    done = _perf_counter()
+    return {"calls": calls, "wall_ms_per_call": (done - t0) * 1e3 / calls, "launch_ms_per_call": (launched - t0) * 1e3 / calls}
+
+
+def copy_bandwidth(device, nbytes: int = 2 * 2**30, reps: int = 10) -> float:
+    """The device's ceiling in bytes/s: a large device-to-device copy, bytes read plus bytes written."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).normal_()
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(reps):
+        begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        _event_record(begin)
+        dst.copy_(src)
+        _event_record(end)
+        _event_synchronize(end)
+        times.append(_elapsed_time(begin, end) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / statistics.median(times)
+
+
+def matmul_rate(device, n: int = 8192, reps: int = 5) -> float:
+    """Dense bf16 matrix-product rate in flop/s on random data: the arithmetic ceiling."""
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    a @ b
+    times = []
+    for _ in range(reps):
+        begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        _event_record(begin)
+        a @ b
+        _event_record(end)
+        _event_synchronize(end)
+        times.append(_elapsed_time(begin, end) / 1e3)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * n**3 / statistics.median(times)
