@@ -112,9 +112,13 @@ class Problem:
             self._defaults = {k: v for k, v in vars(self._module).items() if k.isupper()}
         return self._module
 
+    def module_defaults(self) -> dict:
+        """The reference module's upper-case constants as imported."""
+        self.module  # noqa: B018 - importing records them
+        return self._defaults
+
     def constants(self, shape: Shape) -> dict:
-        self.module  # noqa: B018 (loads the defaults)
-        return {**self._defaults, **shape.constants}
+        return {**self.module_defaults(), **shape.constants}
 
     def apply_constants(self, shape: Shape, *modules) -> None:
         """Set the shape's constants on the reference module and on any module that defines them."""
@@ -263,7 +267,7 @@ def load_problem(directory) -> Problem:
         if s.dtype not in problem.tolerance:
             raise ProblemError(f"{where}: shape {s.name} uses dtype {s.dtype} with no tolerance")
         for constant in s.constants:
-            if constant not in problem.constants(s) or not constant.isupper():
+            if constant not in problem.module_defaults():
                 raise ProblemError(f"{where}: shape {s.name} sets {constant!r}, which {reference.name} does not define")
         try:
             problem.bytes_moved(s)

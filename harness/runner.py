@@ -55,11 +55,16 @@ class Config:
     memory_budget_bytes: float = 24e9
 
 
-def cpu_timing_shape(problem: Problem):
-    """Without a GPU the timing shapes are too large to be useful: time the largest correctness
-    shape of at most 64 MB instead (the CPU run exercises the pipeline; its numbers rank nothing)."""
-    small = [s for s in problem.shapes_for("correctness") if problem.bytes_moved(s) <= 64e6]
-    return max(small, key=problem.bytes_moved) if small else problem.default_shape
+def timing_shapes(problem: Problem, names: tuple, device: torch.device) -> list:
+    """The problem's timing shapes (those named, when names are given; named correctness shapes are
+    timed when no timing shape is named). Without a GPU the timing shapes are too large to be useful:
+    the largest candidate of at most 64 MB is timed instead (a CPU run exercises the pipeline only)."""
+    named = [s for s in problem.shapes if s.name in names]
+    shapes = ([s for s in named if "timing" in s.uses] or named) if names else problem.shapes_for("timing")
+    if device.type != "cuda":
+        small = [s for s in (named or problem.shapes_for("correctness")) if problem.bytes_moved(s) <= 64e6]
+        shapes = [max(small, key=problem.bytes_moved)] if small else []
+    return shapes
 
 
 class Failure(Exception):
@@ -254,9 +259,7 @@ class Run:
             raise Failure("not-custom-kernel", "launched no GPU kernel at all during forward")
 
     def _time(self, problem: Problem, handle: WorkerHandle, record: dict, target: Target, baselines: dict):
-        shapes = problem.shapes_for("timing", self.config.shapes)
-        if self.device.type != "cuda" and not self.config.shapes:
-            shapes = [cpu_timing_shape(problem)]
+        shapes = timing_shapes(problem, self.config.shapes, self.device)
         for shape in shapes:
             self.report(f"{target.label}: timing {shape.name}")
             nbytes, flops = problem.bytes_moved(shape), problem.flops(shape)

@@ -1,0 +1,39 @@
+"""Shared test helpers: run one target through the real pipeline (worker process, checker, rules)."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.problem import find_problem
+from harness.runner import Config, Run, Target
+
+HAS_CUDA = torch.cuda.is_available()
+gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+
+# Small shapes of each problem, cheap enough for the CPU.
+SMALL = {
+    "softmax": ("one_row", "not_vector_multiple"),
+    "cross_entropy": ("one_row", "not_vector_multiple"),
+    "infonce": ("tiny", "odd_sizes"),
+}
+
+
+def write_solution(tmp_path: Path, source: str, name: str = "candidate.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def evaluate(problem_name: str, path: Path, tmp_path: Path, *, shapes=None, trials: int = 2, timeout: float = 60.0,
+             device: str | None = None, seed: int = 7, budget: float = 0.1, kind: str = "solution") -> dict:
+    """Evaluate one solution file the way `make eval` does, and return its record."""
+    problem = find_problem(problem_name)
+    device = torch.device(device or ("cuda" if HAS_CUDA else "cpu"))
+    shapes = tuple(shapes or SMALL[problem_name])
+    config = Config(trials=trials, budget_s=budget, min_reps=3, call_timeout_s=timeout, build_timeout_s=900, shapes=shapes)
+    run = Run(device, tmp_path / "runs.jsonl", config, seed=seed)
+    target = Target(kind, Path(path).stem if path else kind, path=Path(path) if path else None)
+    return run.evaluate_target(problem, target, baselines={})

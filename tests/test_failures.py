@@ -1,0 +1,88 @@
+"""Every failure kind becomes a one-line reason for that solution, and the run goes on."""
+import pytest
+
+from conftest import HAS_CUDA, evaluate, write_solution
+
+HONEST_SOFTMAX = """
+import torch
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        e = (x.float() - x.float().amax(-1, keepdim=True)).exp()
+        return (e / e.sum(-1, keepdim=True)).to(x.dtype)
+"""
+
+
+def _one_line(record):
+    assert record["reason"] and "\n" not in record["reason"]
+    return record
+
+
+def test_honest_solution_passes_and_is_timed(tmp_path):
+    record = evaluate("softmax", write_solution(tmp_path, HONEST_SOFTMAX), tmp_path)
+    assert record["status"] == "ok", record["reason"]
+    assert [c["shape"] for c in record["checks"]] == ["one_row", "not_vector_multiple"]
+    assert all(c["trials"] == 3 for c in record["checks"])  # 2 trials + the cache probe
+    assert record["timings"] and record["timings"][0]["reps"] >= 3 and record["timings"][0]["median_ms"] > 0
+    assert record["sha256"] and record["seed"] == 7
+
+
+@pytest.mark.parametrize("source, rule, words", [
+    ("import torch\nclass NotIt(torch.nn.Module):\n    pass\n", "missing-ModelNew", "NotIt"),
+    ("import torch\nraise ImportError('no such kernel library')\n", "import-error", "no such kernel library"),
+    ("def broken(:\n", "import-error", "syntax error"),
+    ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        raise ValueError('bad grid')\n", "exception", "ValueError"),
+    ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 0\n", "wrong-output", "outside atol"),
+    ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        e = (x.float() - x.float().amax(-1, keepdim=True)).exp()\n        y = (e / e.sum(-1, keepdim=True)).to(x.dtype)\n        x.zero_()\n        return y\n", "input-mutated", "input 0"),
+    ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return [x]\n", "bad-output", "list"),
+])
+def test_failure_kinds_have_their_rule(tmp_path, source, rule, words):
+    record = _one_line(evaluate("softmax", write_solution(tmp_path, source), tmp_path))
+    assert record["status"] == "failed"
+    assert record["rule"] == rule, record["reason"]
+    assert words in record["reason"]
+
+
+def test_crash_is_reported_with_its_signal(tmp_path):
+    source = "import os, signal, torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        os.kill(os.getpid(), signal.SIGSEGV)\n"
+    record = _one_line(evaluate("softmax", write_solution(tmp_path, source), tmp_path))
+    assert record["rule"] == "crash" and "SIGSEGV" in record["reason"]
+
+
+def test_hang_is_killed_after_the_timeout(tmp_path):
+    source = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        while True:\n            pass\n"
+    record = _one_line(evaluate("softmax", write_solution(tmp_path, source), tmp_path, timeout=5))
+    assert record["rule"] == "timeout" and "5 s" in record["reason"]
+
+
+def test_out_of_memory_is_named(tmp_path):
+    source = ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+              "        raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 900.00 GiB')\n")
+    record = _one_line(evaluate("softmax", write_solution(tmp_path, source), tmp_path))
+    assert record["rule"] == "out-of-memory"
+
+
+def test_compile_error_gives_the_first_compiler_lines(tmp_path):
+    source = """
+import torch
+from torch.utils.cpp_extension import load_inline
+_ext = load_inline(name="harness_test_broken_build", cpp_sources="int broken( { return 0; }", functions=["broken"])
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return x
+"""
+    record = _one_line(evaluate("softmax", write_solution(tmp_path, source), tmp_path, timeout=600, device="cuda" if HAS_CUDA else "cpu"))
+    if record["status"] == "skipped":  # CPU run of a load_inline file: the harness refuses to pretend
+        assert "needs a CUDA GPU" in record["reason"]
+        return
+    assert record["rule"] == "compile-error"
+    assert "error" in record["reason"].lower() and "Traceback" not in record["reason"]
+
+
+def test_compile_error_summary_picks_compiler_lines():
+    from harness.build import summarise_build_error
+
+    log = ("Error building extension 'x': [1/2] c++ -c main.cpp\nFAILED: main.o\n"
+           "/tmp/ext/x/main.cpp:3:14: error: expected ')' before '{' token\n    3 | int broken( {\n"
+           "/tmp/ext/x/cuda.cu(12): error: identifier \"blockIdxx\" is undefined\nninja: build stopped: subcommand failed.\n")
+    summary = summarise_build_error(log)
+    assert summary.startswith("main.cpp:3:14: error: expected ')'") and "blockIdxx" in summary and "ninja" not in summary
