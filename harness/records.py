@@ -1,8 +1,8 @@
 """results/runs.jsonl: one record per target per run, appended atomically.
 
 Each record is written with a single write() of one line under an exclusive lock, then fsynced, so
-an interrupted or concurrent run can at worst leave a torn last line, which readers skip; earlier
-records are never rewritten. Derived files (the leaderboard) are replaced atomically.
+an interrupted or concurrent run can at worst leave a torn last line, which readers skip and the
+next append starts after; earlier records are never rewritten. Derived files (the leaderboard) are replaced atomically.
 """
 from __future__ import annotations
 
@@ -25,9 +25,12 @@ RESULTS_DIR = REPO_ROOT / "results"
 def append_record(record: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line  # an interrupted writer left a torn line: keep ours whole and separate
         os.write(fd, line)
         os.fsync(fd)
     finally:

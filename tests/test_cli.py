@@ -1,0 +1,58 @@
+"""The command line: listing, clear messages for wrong names, JSON output and exit status."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _harness(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_list_names_problems_and_solutions():
+    out = _harness("list")
+    assert out.returncode == 0
+    for name in ("softmax", "cross_entropy", "infonce", "simple.py"):
+        assert name in out.stdout
+
+
+def test_wrong_problem_lists_what_exists():
+    out = _harness("eval", "softmx", "--device", "cpu")
+    assert out.returncode == 2
+    assert "no problem named 'softmx'" in out.stderr and "cross_entropy" in out.stderr
+
+
+def test_wrong_solution_lists_what_exists():
+    out = _harness("eval", "--solution", "solutions/softmax/nope.py", "--device", "cpu")
+    assert out.returncode == 2
+    assert "no solution file" in out.stderr and "simple.py" in out.stderr
+
+
+def test_eval_json_and_exit_status(tmp_path):
+    good = tmp_path / "good.py"
+    good.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        e = (x.float() - x.float().amax(-1, keepdim=True)).exp()\n        return (e / e.sum(-1, keepdim=True)).to(x.dtype)\n")
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.zeros_like(x)\n")
+    common = ["eval", "softmax", "--device", "cpu", "--shape", "one_row", "--trials", "2", "--budget", "0.1",
+              "--no-baselines", "--results", str(tmp_path / "results"), "--json"]
+    ok = _harness(*common, "--solution", str(good))
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    records = json.loads(ok.stdout)
+    assert [r["status"] for r in records] == ["ok"] and records[0]["timings"][0]["timer"] == "wall-clock"
+    failed = _harness(*common, "--solution", str(bad), "--seed", "99")
+    assert failed.returncode == 1
+    record = json.loads(failed.stdout)[0]
+    assert record["rule"] == "wrong-output" and record["seed"] == 99
+    board = (tmp_path / "results" / "leaderboard.md").read_text()
+    assert "good.py" in board and "bad.py" in board and "wrong-output" in board
+
+
+def test_cuda_solutions_are_not_pretended_on_cpu(tmp_path):
+    out = _harness("eval", "softmax", "--device", "cpu", "--solution", "solutions/softmax/simple.py", "--shape", "one_row",
+                   "--no-baselines", "--results", str(tmp_path), "--json")
+    record = json.loads(out.stdout)[0]
+    assert record["status"] == "skipped" and "needs a CUDA GPU" in record["reason"] and not record["timings"]
+    assert "need a GPU" in out.stderr

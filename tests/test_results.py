@@ -1,0 +1,68 @@
+"""runs.jsonl appends are atomic and tolerant of torn lines; the leaderboard ranks and explains."""
+import json
+import multiprocessing
+
+from harness import leaderboard
+from harness.records import append_record, read_records
+
+
+def _record(name, kind="solution", status="ok", medians=(1.0, 2.0), eager=(2.0, 2.0), date="2026-11-30T10:00:00+00:00", **extra):
+    timings = [{"shape": f"s{i}", "median_ms": m, "speedup_eager": e / m, "speedup_compile": 1.0, "pct_copy_bw": 80.0}
+               for i, (m, e) in enumerate(zip(medians, eager))] if status == "ok" else []
+    return {"run_id": "r1", "seed": 1, "problem": "softmax", "kind": kind, "name": name, "path": f"solutions/softmax/{name}.py" if kind == "solution" else None,
+            "status": status, "rule": extra.get("rule", ""), "reason": extra.get("reason", ""), "checks": [], "timings": timings,
+            "warnings": [], "profile": None, "device": "NVIDIA H200", "env": {"date": date, "torch": "2.11.0", "harness_commit": "abc"}}
+
+
+def _append_many(path, start):
+    for i in range(50):
+        append_record(_record(f"w{start}_{i}"), path)
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    workers = [multiprocessing.get_context("spawn").Process(target=_append_many, args=(path, k)) for k in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    records, skipped = read_records(path)
+    assert len(records) == 150 and skipped == 0
+
+
+def test_a_torn_last_line_is_skipped_and_earlier_records_survive(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    append_record(_record("a"), path)
+    with open(path, "a") as handle:
+        handle.write('{"run_id": "interrupted", "proble')
+    records, skipped = read_records(path)
+    assert [r["name"] for r in records] == ["a"] and skipped == 1
+    append_record(_record("b"), path)  # a later run still appends a whole, separate record
+    records, skipped = read_records(path)
+    assert [r["name"] for r in records] == ["a", "b"] and skipped == 1
+
+
+def test_leaderboard_ranks_by_geomean_and_lists_failures(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    append_record(_record("eager", kind="eager", medians=(2.0, 2.0)), path)
+    append_record(_record("slow", medians=(1.9, 1.9)), path)
+    append_record(_record("fast", medians=(1.0, 1.0)), path)
+    append_record(_record("cheat", status="failed", rule="impossible-time", reason="s0: median below the floor"), path)
+    summary = leaderboard.regenerate(tmp_path)
+    assert summary["records"] == 4
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert text.index("1. fast.py") < text.index("2. slow.py")
+    assert "*eager* (reference)" in text
+    assert "**impossible-time**: s0: median below the floor" in text
+    board = json.loads((tmp_path / "leaderboard.json").read_text())
+    ranked = board["softmax"]["NVIDIA H200"]["ranked"]
+    assert [s["name"] for s in ranked] == ["fast", "slow"] and abs(ranked[0]["geomean_speedup_eager"] - 2.0) < 1e-9
+
+
+def test_leaderboard_keeps_only_the_latest_record_of_a_solution(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    append_record(_record("fast", medians=(1.0, 1.0), date="2026-11-29T10:00:00+00:00"), path)
+    append_record(_record("fast", status="failed", rule="wrong-output", reason="x", date="2026-11-30T10:00:00+00:00"), path)
+    board = leaderboard.build(read_records(path)[0])
+    cell = board["softmax"]["NVIDIA H200"]
+    assert not cell["ranked"] and [s["name"] for s in cell["failed"]] == ["fast"]
