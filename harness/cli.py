@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("problems", nargs="*")
     sc.add_argument("--device", default=None)
 
+    bd = sub.add_parser("build", help="build every solution's extension in parallel (eval then finds them cached)")
+    bd.add_argument("problems", nargs="*")
+    bd.add_argument("--jobs", type=int, default=4)
+
     sub.add_parser("list", help="list problems and their solutions")
     return parser
 
@@ -116,6 +120,11 @@ def cmd_eval(args) -> int:
             solutions = discover_solutions(problem.name)
         solutions = [_relative(p) for p in solutions]
         reporter.heading(f"{problem.name}: {problem.description}")
+        if device.type == "cuda" and len(solutions) > 1:
+            from .runner import prebuild
+
+            reporter(f"building {len(solutions)} solutions in parallel")
+            prebuild(problem, solutions, device)
         records = run.evaluate_problem(problem, _targets(problem, solutions, args, device))
         reporter.table(problem.name, run.env["gpu"], records)
         all_records += records
@@ -143,6 +152,17 @@ def cmd_selfcheck(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_build(args) -> int:
+    from .runner import prebuild
+
+    failed = 0
+    for name in args.problems or available_problems():
+        for path, outcome in prebuild(find_problem(name), discover_solutions(name), _device(None), jobs=args.jobs).items():
+            print(f"{name}: {_relative(Path(path))}: {outcome}")
+            failed += not outcome.startswith("ok")
+    return 1 if failed else 0
+
+
 def cmd_list(_args) -> int:
     for name in available_problems():
         problem = find_problem(name)
@@ -163,6 +183,8 @@ def main(argv=None) -> int:
             return 0
         if args.command == "selfcheck":
             return cmd_selfcheck(args)
+        if args.command == "build":
+            return cmd_build(args)
         return cmd_list(args)
     except ProblemError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -321,3 +321,32 @@ class Run:
             if host > bound:
                 raise Failure("escaped-timing", f"{shape.name}: a device-synchronised batch took {host * 1e3:.1f} us per call but the "
                                                 f"timing events saw {entry['median_ms'] * 1e3:.1f} us: work escaped the events (another stream or thread?)")
+
+
+def prebuild(problem: Problem, paths: list, device: torch.device, jobs: int = 4, timeout: float = 1800.0) -> dict:
+    """Build (import) several solutions at once, each in its own worker, so that the evaluation that
+    follows finds every extension cached. Returns {path: 'ok (N s)' or the failure's reason}."""
+    pending = [p for p in paths if needs_cuda(p)]
+    running, results = [], {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            path = pending.pop(0)
+            spec = {"kind": "solution", "path": str(path), "problem_dir": str(problem.directory), "device": str(device),
+                    "requires": [], "function": ""}
+            handle = WorkerHandle(spec)
+            handle.conn.send({"cmd": "load"})
+            running.append((path, handle, time.monotonic()))
+        for item in list(running):
+            path, handle, started = item
+            done = handle.conn.poll(0) or not handle.process.is_alive() or time.monotonic() - started > timeout
+            if not done:
+                continue
+            try:
+                reply = handle.conn.recv() if handle.conn.poll(0.5) else {"status": "fail", "reason": "no answer"}
+                results[str(path)] = f"ok ({reply['build_s']:.0f} s)" if reply["status"] == "ok" else reply["reason"]
+            except (EOFError, OSError):
+                results[str(path)] = "worker died while building"
+            handle.close()
+            running.remove(item)
+        time.sleep(0.2)
+    return results

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One batched session on the GPU machine (see docs/gpu-runs.md). Steps run in the order given:
+#   wheels        install the optional comparison packages carried in .whl/ (+ the split cutlass wheel)
+#   build         build every solution's extension in parallel
+#   eval:NAME     make eval PROBLEM=NAME (logs and results to $OUT)
+#   tests         the GPU-marked tests
+#   crosscheck    harness timing vs triton.testing.do_bench
+#   check:NAME    benchmarks/check_NAME.py
+#   pack          results/ and the build cache back to $OUT
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if [ -d /tmp/site ]; then export PYTHONPATH=/tmp/sitecust; fi
+log() { echo "=== $(date +%T) $*" | tee -a "$OUT/session.log"; }
+for step in "$@"; do
+  case "$step" in
+    keep-part)
+      mkdir -p /tmp/keep && cp .whl_parts/* /tmp/keep/ && ls -la /tmp/keep ;;
+    wheels)
+      log wheels
+      if [ -f .whl_parts_b/ab ] && [ -f /tmp/keep/aa ]; then
+        cat /tmp/keep/aa .whl_parts_b/ab > .whl/nvidia_cutlass_dsl_libs_cu12-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+      fi
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -3
+      mkdir -p /tmp/sitecust && echo "import site; site.addsitedir('/tmp/site')" > /tmp/sitecust/sitecustomize.py
+      export PYTHONPATH=/tmp/sitecust
+      python3 -c "import quack.softmax, liger_kernel; print('quack and liger import')" 2>&1 | tail -2 ;;
+    build)
+      log build; timeout 900 python3 -m harness build --jobs 6 2>&1 | tee -a "$OUT/build.log" ;;
+    eval:*)
+      name=${step#eval:}; log "eval $name"
+      if command -v make >/dev/null; then cmd=(make eval PROBLEM="$name" PYTHON=python3 ARGS="${EVAL_ARGS:-}");
+      else cmd=(python3 -m harness eval "$name" ${EVAL_ARGS:-}); fi
+      timeout 1500 "${cmd[@]}" 2>&1 | tee -a "$OUT/eval_$name.log" | grep -v "^  " ;;
+    tests)
+      log tests; timeout 900 python3 -m pytest -q -m gpu -ra 2>&1 | tee "$OUT/tests_gpu.log" | tail -30 ;;
+    crosscheck)
+      log crosscheck; timeout 900 python3 benchmarks/crosscheck_do_bench.py 2>&1 | tee "$OUT/crosscheck.log" ;;
+    check:*)
+      name=${step#check:}; log "check $name"; timeout 600 python3 "benchmarks/check_$name.py" --quick 2>&1 | tee "$OUT/check_$name.log" | tail -40 ;;
+    pack)
+      log pack
+      cp results/runs.jsonl results/leaderboard.md results/leaderboard.json "$OUT/" 2>/dev/null
+      tar czf "$OUT/build_cache.tgz" --exclude='*.o' .build 2>/dev/null; ls -la "$OUT" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
