@@ -36,8 +36,7 @@ def extension_dir(solution: Path, problem: str) -> Path:
 
 def prepare_build_env(solution: Path, problem: str) -> Path:
     """Set the variables torch.utils.cpp_extension reads, before the solution is imported."""
-    directory = extension_dir(solution, problem)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = extension_dir(solution, problem)  # torch creates it on the first build
     os.environ["TORCH_EXTENSIONS_DIR"] = str(directory)
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list()
     os.environ.setdefault("MAX_JOBS", str(max(1, min(8, (os.cpu_count() or 2)))))
@@ -47,7 +46,7 @@ def prepare_build_env(solution: Path, problem: str) -> Path:
 
 
 def built_libraries(directory: Path) -> dict:
-    return {str(p): p.stat().st_mtime for p in directory.rglob("*.so")}
+    return {str(p): p.stat().st_mtime for p in directory.rglob("*.so")} if directory.is_dir() else {}
 
 
 _ERROR_LINE = re.compile(r"(error|undefined reference|fatal)", re.IGNORECASE)

@@ -124,7 +124,7 @@ def cmd_eval(args) -> int:
             from .runner import prebuild
 
             reporter(f"building {len(solutions)} solutions in parallel")
-            prebuild(problem, solutions, device)
+            run.prebuilt.update(prebuild([(problem, p) for p in solutions], device))
         records = run.evaluate_problem(problem, _targets(problem, solutions, args, device))
         reporter.table(problem.name, run.env["gpu"], records)
         all_records += records
@@ -155,12 +155,13 @@ def cmd_selfcheck(args) -> int:
 def cmd_build(args) -> int:
     from .runner import prebuild
 
-    failed = 0
-    for name in args.problems or available_problems():
-        for path, outcome in prebuild(find_problem(name), discover_solutions(name), _device(None), jobs=args.jobs).items():
-            print(f"{name}: {_relative(Path(path))}: {outcome}")
-            failed += not outcome.startswith("ok")
-    return 1 if failed else 0
+    items = [(find_problem(name), path) for name in (args.problems or available_problems()) for path in discover_solutions(name)]
+    outcomes = prebuild(items, _device(None), jobs=args.jobs)
+    for problem, path in items:
+        if str(path) in outcomes:
+            ok, detail = outcomes[str(path)]
+            print(f"{problem.name}: {_relative(path)}: " + (f"built ({detail:.0f} s)" if ok else f"FAILED: {detail}"))
+    return 0 if all(ok for ok, _ in outcomes.values()) else 1
 
 
 def cmd_list(_args) -> int:

@@ -71,6 +71,7 @@ class Problem:
     reference_ops: tuple
     core_aten_ops: tuple
     externals: list
+    shared_constants: tuple = ()
     _module: object = None
 
     # --- shapes -------------------------------------------------------------------------
@@ -121,14 +122,16 @@ class Problem:
         return {**self.module_defaults(), **shape.constants}
 
     def apply_constants(self, shape: Shape, *modules) -> None:
-        """Set the shape's constants on the reference module and on any module that defines them."""
+        """Set the shape's constants on the reference module. A solution module gets only the
+        `shared_constants` (what Model's constructor reads, like InfoNCE's TEMPERATURE), never the
+        sizes: those it must take from its inputs."""
         values = self.constants(shape)
         for name, value in values.items():
             setattr(self.module, name, value)
         for module in modules:
-            for name, value in values.items():
+            for name in self.shared_constants:
                 if hasattr(module, name):
-                    setattr(module, name, value)
+                    setattr(module, name, values[name])
 
     def make_reference(self, shape: Shape, device):
         self.apply_constants(shape)
@@ -262,6 +265,7 @@ def load_problem(directory) -> Problem:
         vary_offset=float(vary.get("offset", 0.0)), cost_bytes=str(_require(cost, "bytes", str, where)),
         cost_flops=str(cost.get("flops", "")), reference_ops=tuple(spec.get("reference_ops", [])),
         core_aten_ops=tuple(spec.get("core_aten_ops", [])), externals=externals,
+        shared_constants=tuple(spec.get("shared_constants", [])),
     )
     for s in shapes:
         if s.dtype not in problem.tolerance:
@@ -274,6 +278,9 @@ def load_problem(directory) -> Problem:
             problem.flops(s)
         except Exception as error:  # noqa: BLE001 - any bad expression is the yaml's fault
             raise ProblemError(f"{where}: cost expression fails for shape {s.name}: {error}") from None
+    unknown = set(problem.shared_constants) - set(problem.module_defaults())
+    if unknown:
+        raise ProblemError(f"{where}: shared_constants {sorted(unknown)} are not constants of {reference.name}")
     for attr in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(problem.module, attr):
             raise ProblemError(f"{reference}: the reference module must define {attr}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -73,6 +74,14 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def harness_source_hash() -> str:
+    """A hash of the harness's own sources: identifies the code even where git is absent (the GPU host)."""
+    digest = hashlib.sha256()
+    for path in sorted((REPO_ROOT / "harness").glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def _driver_version() -> str:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
@@ -85,7 +94,7 @@ def environment(device: torch.device) -> dict:
     env = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__, "cuda": torch.version.cuda or "none", "python": platform.python_version(),
-        "harness_commit": _git_commit(), "host_cpu": platform.processor() or platform.machine(),
+        "harness_commit": _git_commit(), "harness_sha": harness_source_hash(), "host_cpu": platform.processor() or platform.machine(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

@@ -47,6 +47,9 @@ class Reporter:
         for r in records:
             if r["status"] != "ok" and r.get("reason"):
                 self.console.print(f"[red]{r.get('path') or r['name']}[/red]: {r.get('rule') or r['status']}: {r['reason']}")
+            for t in r["timings"]:
+                if "error" in t and r["status"] == "ok":
+                    self.console.print(f"[yellow]{r['name']}[/yellow] on {t['shape']}: {t['error']}")
             for warning in r.get("warnings", [])[:4]:
                 if r["kind"] == "solution":
                     self.console.print(f"[yellow]warning[/yellow] {r.get('path')}: {warning}")
@@ -57,6 +60,8 @@ def _num(value, spec):
 
 
 def timing_cell(t: dict) -> str:
+    if "error" in t:
+        return f"failed: {t['error'].split(':')[0]}"
     parts = [f"{_num(t['median_ms'], '.4g')} ms"]
     if "speedup_eager" in t:
         parts.append(f"{_num(t['speedup_eager'], '.2f')}x eager")

@@ -147,6 +147,7 @@ class Run:
         self.run_id = uuid.uuid4().hex[:12]
         self.env = environment(device)
         self.report = reporter or (lambda *a, **k: None)
+        self.prebuilt = {}  # path -> (ok, build seconds or reason), filled by prebuild()
         if device.type == "cuda":
             self.report("measuring the device's copy bandwidth and matrix rate")
             self.copy_bw = copy_bandwidth(device)
@@ -166,7 +167,7 @@ class Run:
         for target in targets:
             record = self.evaluate_target(problem, target, baselines)
             if target.kind in ("eager", "compile") and record["status"] == "ok":
-                for entry in record["timings"]:
+                for entry in (t for t in record["timings"] if "median_ms" in t):
                     baselines.setdefault(entry["shape"], {})[target.kind] = entry["median_ms"]
             append_record(record, self.results_path)
             records.append(record)
@@ -200,13 +201,17 @@ class Run:
         handle = WorkerHandle(spec)
         try:
             loaded = handle.request({"cmd": "load"}, self.config.build_timeout_s, "building and loading")
-            record["build_s"] = round(loaded["build_s"], 3)
-            record["rebuilt"] = loaded["rebuilt"]
+            built = self.prebuilt.get(str(target.path))
+            record["load_s"] = round(loaded["build_s"], 3)
+            record["build_s"] = round(built[1], 3) if built and built[0] else record["load_s"]
+            record["rebuilt"] = loaded["rebuilt"] or bool(built and built[0] and built[1] > 5)
             if target.kind == "solution":
                 self._check_correctness(problem, handle, record, target)
                 if self.device.type == "cuda" and self.config.profile:
                     self._profile(problem, handle, record)
             self._time(problem, handle, record, target, baselines)
+            if record["timings"] and all("error" in t for t in record["timings"]):
+                raise Failure(*record["timings"][0]["error"].split(": ", 1))
         except Failure as failure:
             status = "skipped" if failure.rule == "unavailable" else "failed"
             record.update(status=status, rule=failure.rule if status == "failed" else "", reason=failure.reason)
@@ -267,7 +272,13 @@ class Run:
             seed = derive_seed(self.seed, problem.name, shape.name, "time")
             msg = {"cmd": "time", "shape": shape.name, "seed": seed, "budget_s": self.config.budget_s,
                    "min_reps": self.config.min_reps, "keep": self.config.keep, "sets_per_batch": sets}
-            reply = handle.request(msg, self.config.call_timeout_s + 10 * self.config.budget_s, f"timing {shape.name}")
+            try:
+                reply = handle.request(msg, self.config.call_timeout_s + 10 * self.config.budget_s, f"timing {shape.name}")
+            except Failure as failure:
+                if target.kind == "solution" or failure.rule in ("crash", "timeout", "cuda-error"):
+                    raise
+                record["timings"].append({"shape": shape.name, "dtype": shape.dtype, "error": f"{failure.rule}: {failure.reason}"})
+                continue
             try:
                 for kept in reply["kept"]:
                     drawn = problem.make_inputs(shape, kept["seed"], self.device)
@@ -323,14 +334,15 @@ class Run:
                                                 f"timing events saw {entry['median_ms'] * 1e3:.1f} us: work escaped the events (another stream or thread?)")
 
 
-def prebuild(problem: Problem, paths: list, device: torch.device, jobs: int = 4, timeout: float = 1800.0) -> dict:
+def prebuild(items: list, device: torch.device, jobs: int = 4, timeout: float = 1800.0) -> dict:
     """Build (import) several solutions at once, each in its own worker, so that the evaluation that
-    follows finds every extension cached. Returns {path: 'ok (N s)' or the failure's reason}."""
-    pending = [p for p in paths if needs_cuda(p)]
+    follows finds every extension cached. items: (problem, path) pairs. Returns {path: (ok, seconds
+    or the failure's reason)}."""
+    pending = [(problem, path) for problem, path in items if needs_cuda(path)]
     running, results = [], {}
     while pending or running:
         while pending and len(running) < jobs:
-            path = pending.pop(0)
+            problem, path = pending.pop(0)
             spec = {"kind": "solution", "path": str(path), "problem_dir": str(problem.directory), "device": str(device),
                     "requires": [], "function": ""}
             handle = WorkerHandle(spec)
@@ -338,15 +350,13 @@ def prebuild(problem: Problem, paths: list, device: torch.device, jobs: int = 4,
             running.append((path, handle, time.monotonic()))
         for item in list(running):
             path, handle, started = item
-            done = handle.conn.poll(0) or not handle.process.is_alive() or time.monotonic() - started > timeout
-            if not done:
-                continue
-            try:
-                reply = handle.conn.recv() if handle.conn.poll(0.5) else {"status": "fail", "reason": "no answer"}
-                results[str(path)] = f"ok ({reply['build_s']:.0f} s)" if reply["status"] == "ok" else reply["reason"]
-            except (EOFError, OSError):
-                results[str(path)] = "worker died while building"
-            handle.close()
-            running.remove(item)
+            if handle.conn.poll(0) or not handle.process.is_alive() or time.monotonic() - started > timeout:
+                try:
+                    reply = handle.conn.recv() if handle.conn.poll(0.5) else {"status": "fail", "reason": "no answer"}
+                    results[str(path)] = (True, reply["build_s"]) if reply["status"] == "ok" else (False, reply["reason"])
+                except (EOFError, OSError):
+                    results[str(path)] = (False, "worker died while building")
+                handle.close()
+                running.remove(item)
         time.sleep(0.2)
     return results

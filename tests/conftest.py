@@ -21,6 +21,12 @@ SMALL = {
 }
 
 
+def correctness_shapes(problem_name: str, max_bytes: float = 16e6) -> tuple:
+    """Every correctness shape of a problem that is cheap on the CPU (what a size-assuming exploit meets)."""
+    problem = find_problem(problem_name)
+    return tuple(s.name for s in problem.shapes_for("correctness") if problem.bytes_moved(s) <= max_bytes)
+
+
 def write_solution(tmp_path: Path, source: str, name: str = "candidate.py") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(source))
