@@ -27,6 +27,9 @@ from .timing import copy_bandwidth, matmul_rate
 # A time that implies more than this multiple of the measured copy bandwidth (or of the bf16 matrix
 # rate) cannot be real: read-only streams reach ~1.03x the copy figure, so 1.25x leaves honest margin.
 PHYSICS_MARGIN = 1.25
+# Host-side slack (ms) of the escape check: per-call launch jitter on a small shape reached ~30 us on
+# a shared GPU (an honest kernel measured 41 us against 9 us of events under four parallel test runs).
+ESCAPE_SLACK_MS = 0.1
 
 
 @dataclasses.dataclass
@@ -328,7 +331,7 @@ class Run:
                                              f"{floor * 1e6:.1f} us ({which}, with {PHYSICS_MARGIN}x margin)")
         if batch:
             host = batch["wall_ms_per_call"]
-            bound = 1.5 * max(entry["median_ms"], batch["launch_ms_per_call"]) + 0.02
+            bound = 1.5 * max(entry["median_ms"], batch["launch_ms_per_call"]) + ESCAPE_SLACK_MS
             if host > bound:
                 raise Failure("escaped-timing", f"{shape.name}: a device-synchronised batch took {host * 1e3:.1f} us per call but the "
                                                 f"timing events saw {entry['median_ms'] * 1e3:.1f} us: work escaped the events (another stream or thread?)")

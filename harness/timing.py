@@ -107,17 +107,23 @@ def time_calls(fn, draw_set, device, *, budget_s=2.0, min_reps=10, max_reps=2000
     return stats
 
 
-def host_batch_check(fn, input_sets: list, device, calls: int = 20) -> dict:
+def host_batch_check(fn, input_sets: list, device, calls: int = 20, batches: int = 2) -> dict:
     """A device-wide cross-check of the events: the host clock over a batch of calls that ends in a
-    device-wide synchronize catches work that escaped the timing events (another stream, a thread)."""
-    _sync(device)
-    t0 = _perf_counter()
-    for i in range(calls):
-        fn(*input_sets[i % len(input_sets)])
-    launched = _perf_counter()
-    _sync(device)
-    done = _perf_counter()
-    return {"calls": calls, "wall_ms_per_call": (done - t0) * 1e3 / calls, "launch_ms_per_call": (launched - t0) * 1e3 / calls}
+    device-wide synchronize catches work that escaped the timing events (another stream, a thread).
+    The fastest of a few batches is kept, so that a busy host does not look like hidden work."""
+    best = None
+    for _ in range(batches):
+        _sync(device)
+        t0 = _perf_counter()
+        for i in range(calls):
+            fn(*input_sets[i % len(input_sets)])
+        launched = _perf_counter()
+        _sync(device)
+        done = _perf_counter()
+        batch = {"calls": calls, "wall_ms_per_call": (done - t0) * 1e3 / calls, "launch_ms_per_call": (launched - t0) * 1e3 / calls}
+        if best is None or batch["wall_ms_per_call"] < best["wall_ms_per_call"]:
+            best = batch
+    return best
 
 
 def copy_bandwidth(device, nbytes: int = 2 * 2**30, reps: int = 10) -> float:
