@@ -65,7 +65,11 @@ def _fmt(value, spec, suffix=""):
 
 
 def _row(s: dict, shapes: list, label: str) -> str:
-    cells = [label, _fmt(s["geomean_speedup_eager"], ".2f", "x")]
+    timed = sum(1 for shape in shapes if (s["timings"].get(shape) or {}).get("median_ms"))
+    geomean = _fmt(s["geomean_speedup_eager"], ".2f", "x")
+    if s["geomean_speedup_eager"] is not None and timed < len(shapes):
+        geomean += f" ({timed} of {len(shapes)} shapes)"
+    cells = [label, geomean]
     for shape in shapes:
         t = s["timings"].get(shape)
         if not t or t.get("error"):
