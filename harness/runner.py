@@ -7,6 +7,7 @@ the baselines (eager reference, torch.compile), other libraries, then each solut
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import signal
 import time
@@ -185,7 +186,6 @@ class Run:
             "device": self.env.get("gpu"), "env": self.env, "build_s": None,
         }
         if target.path:
-            import hashlib
             record["sha256"] = hashlib.sha256(Path(target.path).read_bytes()).hexdigest()
             record["warnings"] = scan_source(target.path, problem.reference_ops)
         return record
