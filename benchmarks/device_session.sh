@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One batched session on the GPU machine (see docs/gpu-runs.md). Steps run in the order given:
+# One batched session on an offline GPU machine, as used for the shipped results. Steps run in order:
 #   wheels        install the optional comparison packages carried in .whl/ (+ the split cutlass wheel)
 #   build         build every solution's extension in parallel
 #   eval:NAME     make eval PROBLEM=NAME (logs and results to $OUT)
@@ -28,14 +28,15 @@ for step in "$@"; do
       export PYTHONPATH=/tmp/sitecust
       python3 -c "import quack.softmax, liger_kernel; print('quack and liger import')" 2>&1 | tail -2 ;;
     build)
-      log build; timeout 900 python3 -m harness build --jobs 6 2>&1 | tee -a "$OUT/build.log" ;;
+      log build; timeout 900 python3 -m harness build --jobs 8 2>&1 | tee -a "$OUT/build.log" ;;
     eval:*)
       name=${step#eval:}; log "eval $name"
       if command -v make >/dev/null; then cmd=(make eval PROBLEM="$name" PYTHON=python3 ARGS="${EVAL_ARGS:-}");
       else cmd=(python3 -m harness eval "$name" ${EVAL_ARGS:-}); fi
-      timeout 1500 "${cmd[@]}" 2>&1 | tee -a "$OUT/eval_$name.log" | grep -v "^  " ;;
+      timeout 1500 "${cmd[@]}" 2>&1 | tee -a "$OUT/eval_$name.log" | grep -v "^  "
+      cp results/runs.jsonl "$OUT/" 2>/dev/null ;;
     tests)
-      log tests; timeout 900 python3 -m pytest -q -m gpu -ra 2>&1 | tee "$OUT/tests_gpu.log" | tail -30 ;;
+      log tests; timeout 900 python3 -m pytest -q -m gpu -ra -n 4 2>&1 | tee "$OUT/tests_gpu.log" | tail -30 ;;
     crosscheck)
       log crosscheck; timeout 900 python3 benchmarks/crosscheck_do_bench.py 2>&1 | tee "$OUT/crosscheck.log" ;;
     check:*)
