@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -42,7 +43,8 @@ class Reporter:
             for shape in shapes:
                 t = timings.get(shape)
                 cells.append(timing_cell(t) if t else "-")
-            table.add_row(r.get("path") or r["name"], verdict_text(r, short=True), *cells)
+            label = Path(r["path"]).name if r.get("path") else r["name"]  # full paths are in the lines below
+            table.add_row(label, verdict_text(r, short=True), *cells)
         self.console.print(table)
         for r in records:
             if r["status"] != "ok" and r.get("reason"):
