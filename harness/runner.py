@@ -218,6 +218,9 @@ class Run:
         except Failure as failure:
             status = "skipped" if failure.rule == "unavailable" else "failed"
             record.update(status=status, rule=failure.rule if status == "failed" else "", reason=failure.reason)
+        except Exception as error:  # noqa: BLE001 - a fault of the checker itself must not end the run
+            first = (str(error).strip().splitlines() or [""])[0][:200]
+            record.update(status="failed", rule="harness-error", reason=f"the checker failed ({type(error).__name__}: {first}); not the solution's verdict")
         finally:
             handle.close()
             if self.device.type == "cuda":

@@ -86,3 +86,14 @@ def test_compile_error_summary_picks_compiler_lines():
            "/tmp/ext/x/cuda.cu(12): error: identifier \"blockIdxx\" is undefined\nninja: build stopped: subcommand failed.\n")
     summary = summarise_build_error(log)
     assert summary.startswith("main.cpp:3:14: error: expected ')'") and "blockIdxx" in summary and "ninja" not in summary
+
+
+def test_a_fault_of_the_checker_is_reported_and_the_run_goes_on(tmp_path, monkeypatch):
+    from harness import runner
+
+    def broken_reference(*_args, **_kwargs):
+        raise MemoryError("no room for the float64 reference")
+
+    monkeypatch.setattr(runner, "reference_output", broken_reference)
+    record = _one_line(evaluate("softmax", write_solution(tmp_path, HONEST_SOFTMAX), tmp_path))
+    assert record["status"] == "failed" and record["rule"] == "harness-error" and "not the solution's verdict" in record["reason"]
