@@ -70,6 +70,7 @@ def scan_source(path: Path, reference_ops=()) -> list:
 
 
 def needs_cuda(path: Path) -> bool:
-    """True when the solution builds CUDA code: it cannot run on a machine without a GPU."""
+    """True when the solution builds CUDA code: it cannot run on a machine without a GPU. (A C++-only
+    extension, load_inline with cpp_sources alone, builds and runs on the CPU.)"""
     text = Path(path).read_text(errors="replace")
-    return "cuda_sources" in text or "load_inline" in text or ".cu" in text and "load(" in text
+    return "cuda_sources" in text or bool(re.search(r"\.cu['\"]", text)) or "with_cuda=True" in text
