@@ -50,7 +50,9 @@ def built_libraries(directory: Path) -> dict:
 
 
 _ERROR_LINE = re.compile(r"(error|undefined reference|fatal)", re.IGNORECASE)
-_NOISE = re.compile(r"^(ninja: build stopped|FAILED:|Error building extension|subprocess\.|Traceback|\s*\^)")
+# Build-log lines that mention "error" without being one: ninja's summary, the failed command lines.
+_NOISE = re.compile(r"^(ninja: build stopped|FAILED:|Error building extension|subprocess\.|Traceback|\s*\^|\[\d+/\d+\]|"
+                    r"(\S*/)?(c\+\+|g\+\+|gcc|clang\+\+|nvcc|cc)\s)")
 
 
 def summarise_build_error(message: str, max_lines: int = 2, width: int = 300) -> str:

@@ -56,3 +56,23 @@ def test_cuda_solutions_are_not_pretended_on_cpu(tmp_path):
     record = json.loads(out.stdout)[0]
     assert record["status"] == "skipped" and "needs a CUDA GPU" in record["reason"] and not record["timings"]
     assert "need a GPU" in out.stderr
+
+
+def test_broken_solutions_beside_a_good_one_on_cpu(tmp_path):
+    """The CPU twin of the GPU test: one eval, a good solution ranked, each broken one with its reason."""
+    broken = REPO / "tests" / "fixtures" / "broken"
+    files = [REPO / "tests" / "adversarial" / "honest_softmax_torch.py", broken / "segfault.py", broken / "hang_python.py",
+             broken / "compile_error_cpp.py"]
+    args = ["eval", "softmax", "--device", "cpu", "--shape", "one_row", "--trials", "5", "--budget", "0.1", "--timeout", "10",
+            "--results", str(tmp_path), "--json"]
+    for f in files:
+        args += ["--solution", str(f)]
+    out = _harness(*args, timeout=900)
+    assert out.returncode == 1, out.stderr[-2000:]
+    records = {Path(r["path"]).stem: r for r in json.loads(out.stdout) if r["kind"] == "solution"}
+    assert records["honest_softmax_torch"]["status"] == "ok"
+    assert records["segfault"]["rule"] == "crash" and "SIGSEGV" in records["segfault"]["reason"]
+    assert records["hang_python"]["rule"] == "timeout"
+    assert records["compile_error_cpp"]["rule"] == "compile-error" and "undeclared" in records["compile_error_cpp"]["reason"]
+    board = (tmp_path / "leaderboard.md").read_text()
+    assert "1. honest_softmax_torch.py" in board and "**crash**" in board and "**timeout**" in board and "**compile-error**" in board
