@@ -40,7 +40,7 @@ def build(records: list) -> dict:
             "name": r["name"], "path": r.get("path"), "kind": kind, "status": r["status"], "rule": r.get("rule", ""),
             "reason": r.get("reason", ""), "date": r["env"]["date"], "torch": r["env"]["torch"], "run_id": r["run_id"],
             "commit": r["env"].get("harness_commit"), "sha256": r.get("sha256"),
-            "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "error")} for t in r["timings"]},
+            "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "rule", "error")} for t in r["timings"]},
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
             "own_kernel_share": (r.get("profile") or {}).get("own_share"),
         }
@@ -73,7 +73,7 @@ def _row(s: dict, shapes: list, label: str) -> str:
     for shape in shapes:
         t = s["timings"].get(shape)
         if not t or t.get("error"):
-            cells.append(f"failed: {t['error'][:80]}" if t else "-")
+            cells.append(f"failed: {(t['rule'] + ': ') if t.get('rule') else ''}{t['error'][:80]}" if t else "-")
             continue
         cells.append(f"{_fmt(t['median_ms'], '.4g')} ms · {_fmt(t.get('speedup_eager'), '.2f', 'x')} eager · "
                      f"{_fmt(t.get('speedup_compile'), '.2f', 'x')} compile · {_fmt(t.get('pct_copy_bw'), '.0f', '%')} BW")

@@ -51,7 +51,7 @@ class Reporter:
                 self.console.print(f"[red]{r.get('path') or r['name']}[/red]: {r.get('rule') or r['status']}: {r['reason']}")
             for t in r["timings"]:
                 if "error" in t and r["status"] == "ok":
-                    self.console.print(f"[yellow]{r['name']}[/yellow] on {t['shape']}: {t['error']}")
+                    self.console.print(f"[yellow]{r['name']}[/yellow] on {t['shape']}: {t.get('rule', 'failed')}: {t['error']}")
             for warning in r.get("warnings", [])[:4]:
                 if r["kind"] == "solution":
                     self.console.print(f"[yellow]warning[/yellow] {r.get('path')}: {warning}")
@@ -63,7 +63,7 @@ def _num(value, spec):
 
 def timing_cell(t: dict) -> str:
     if "error" in t:
-        return f"failed: {t['error'].split(':')[0]}"
+        return f"failed: {t.get('rule', 'error')}"
     parts = [f"{_num(t['median_ms'], '.4g')} ms"]
     if "speedup_eager" in t:
         parts.append(f"{_num(t['speedup_eager'], '.2f')}x eager")

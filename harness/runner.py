@@ -214,7 +214,7 @@ class Run:
                     self._profile(problem, handle, record)
             self._time(problem, handle, record, target, baselines)
             if record["timings"] and all("error" in t for t in record["timings"]):
-                raise Failure(*record["timings"][0]["error"].split(": ", 1))
+                raise Failure(record["timings"][0]["rule"], record["timings"][0]["error"])
         except Failure as failure:
             status = "skipped" if failure.rule == "unavailable" else "failed"
             record.update(status=status, rule=failure.rule if status == "failed" else "", reason=failure.reason)
@@ -283,7 +283,7 @@ class Run:
             except Failure as failure:
                 if target.kind == "solution" or failure.rule in ("crash", "timeout", "cuda-error"):
                     raise
-                record["timings"].append({"shape": shape.name, "dtype": shape.dtype, "error": f"{failure.rule}: {failure.reason}"})
+                record["timings"].append({"shape": shape.name, "dtype": shape.dtype, "rule": failure.rule, "error": failure.reason})
                 continue
             try:
                 for kept in reply["kept"]:

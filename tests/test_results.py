@@ -66,3 +66,14 @@ def test_leaderboard_keeps_only_the_latest_record_of_a_solution(tmp_path):
     board = leaderboard.build(read_records(path)[0])
     cell = board["softmax"]["NVIDIA H200"]
     assert not cell["ranked"] and [s["name"] for s in cell["failed"]] == ["fast"]
+
+
+def test_a_reference_row_keeps_the_shapes_it_could_time(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    liger = _record("liger", kind="external", medians=(1.0, 2.0))
+    liger["timings"][1] = {"shape": "s1", "dtype": "float32", "rule": "exception", "error": "n = 393216 exceeds the blocksize"}
+    append_record(_record("eager", kind="eager", medians=(2.0, 2.0)), path)
+    append_record(liger, path)
+    leaderboard.regenerate(tmp_path)
+    row = next(line for line in (tmp_path / "leaderboard.md").read_text().splitlines() if "*liger*" in line)
+    assert "(1 of 2 shapes)" in row and "failed: exception: n = 393216 exceeds the blocksize" in row
