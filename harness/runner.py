@@ -208,6 +208,8 @@ class Run:
             record["load_s"] = round(loaded["build_s"], 3)
             record["build_s"] = round(built[1], 3) if built and built[0] else record["load_s"]
             record["rebuilt"] = loaded["rebuilt"] or bool(built and built[0] and built[1] > 5)
+            if loaded.get("cpus"):
+                record["worker_cpus"] = loaded["cpus"]
             if target.kind == "solution":
                 self._check_correctness(problem, handle, record, target)
                 if self.device.type == "cuda" and self.config.profile:

@@ -5,13 +5,20 @@ On a GPU each call is bracketed by CUDA events recorded on the current stream, a
 batches continue until the standard error of the mean is under 1% (at least `min_reps` calls) or the
 time budget is spent. On the CPU a wall clock brackets each call instead.
 
+Launch-bound calls (many small kernels) are timed as do_bench times them, host launch gaps included, so
+their figure depends on the host: a timed warm-up of the same flush-and-call pattern comes first (the
+CPU's clocks and caches settle), and Python's garbage collector is paused while the calls are timed
+(as `timeit` does), so that a collection pass does not land in some runs' samples and not in others'.
+
 The functions below are bound at import, before any solution code runs, and keep their own references
 to the clock and event methods, so a solution that patches torch or time cannot change what they read.
 """
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
+import os
 import statistics
 import time
 
@@ -57,17 +64,77 @@ class L2Flusher:
         self.buffer.fill_(0x5A5A5A5A)
 
 
+def _parse_cpu_list(text: str) -> set:
+    cpus = set()
+    for part in text.strip().split(","):
+        if part:
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def pin_near_device(device) -> str:
+    """Restrict this process to the CPUs on the GPU's own NUMA node, when the machine says which they
+    are: a launch-bound call launched from the far socket is slower, and which socket a process lands
+    on changes from run to run. Returns the CPU list in use ("" when left unchanged)."""
+    if device.type != "cuda" or not hasattr(os, "sched_setaffinity"):
+        return ""
+    try:
+        props = torch.cuda.get_device_properties(device)
+        address = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        with open(f"/sys/bus/pci/devices/{address}/local_cpulist") as f:
+            local = _parse_cpu_list(f.read())
+        allowed = os.sched_getaffinity(0)
+        chosen = local & allowed
+        if not chosen or chosen == allowed:
+            return ""
+        os.sched_setaffinity(0, chosen)
+        return ",".join(str(c) for c in sorted(chosen))
+    except (AttributeError, OSError, ValueError):
+        return ""
+
+
 def _sync(device):
     if device.type == "cuda":
         _cuda_synchronize(device)
 
 
+def warm_up(fn, inputs, device, flush, seconds: float, min_calls: int = 3):
+    """Untimed calls in the timed pattern (flush, call) for at least `seconds` and `min_calls` calls."""
+    start, calls = _perf_counter(), 0
+    while calls < min_calls or _perf_counter() - start < seconds:
+        if flush is not None:
+            flush()
+        fn(*inputs)
+        calls += 1
+        if calls % 8 == 0:
+            _sync(device)
+    _sync(device)
+
+
 def time_calls(fn, draw_set, device, *, budget_s=2.0, min_reps=10, max_reps=2000, sets_per_batch=4,
-               target_se_pct=1.0, on_output=None):
-    """Time fn(*inputs) over fresh input sets. draw_set(k) returns the k-th input set (a list).
-    on_output(k, output, inputs) is called after each timed call (outside the timed region)."""
+               target_se_pct=1.0, on_output=None, warmup_s=0.1, pause_gc=True):
+    """Time fn(*inputs) over fresh input sets. draw_set(k) returns the k-th input set (a list); set -1
+    is the warm-up's. on_output(k, output, inputs) is called after each timed call (outside the timed
+    region)."""
     is_cuda = device.type == "cuda"
     flush = L2Flusher(device) if is_cuda else None
+    warm_up(fn, draw_set(-1), device, flush, warmup_s)
+    gc_was_enabled = gc.isenabled()
+    if pause_gc:
+        gc.collect()
+        gc.disable()
+    try:
+        return _timed_batches(fn, draw_set, device, flush, budget_s, min_reps, max_reps, sets_per_batch,
+                              target_se_pct, on_output)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _timed_batches(fn, draw_set, device, flush, budget_s, min_reps, max_reps, sets_per_batch, target_se_pct,
+                   on_output):
+    is_cuda = flush is not None
     samples, k, start = [], 0, _perf_counter()
     budget_hit = False
     while True:

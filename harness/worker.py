@@ -58,6 +58,7 @@ class Worker:
         self.spec = spec
         self.kind = spec["kind"]
         self.device = torch.device(spec["device"])
+        self.cpus = timing.pin_near_device(self.device)
         self.problem = load_problem(spec["problem_dir"])
         self.problem.module  # noqa: B018 - import the reference before the solution
         self.models = {}
@@ -92,7 +93,8 @@ class Worker:
         self.solution_module = module
         after = build.built_libraries(directory)
         self._verify("loading")
-        return {"build_s": build_s, "rebuilt": bool(after) and after != before, "extension_dir": str(directory)}
+        return {"build_s": build_s, "rebuilt": bool(after) and after != before, "extension_dir": str(directory),
+                "cpus": self.cpus}
 
     def _load_other(self):
         if self.kind == "external":
@@ -101,7 +103,7 @@ class Worker:
                 if importlib.util.find_spec(package) is None:
                     raise Rejected("unavailable", f"{package} is not importable here")
             self.external_fn = getattr(functions, self.spec["function"])
-        return {"build_s": 0.0, "rebuilt": False}
+        return {"build_s": 0.0, "rebuilt": False, "cpus": self.cpus}
 
     def model_for(self, shape):
         key = shape.name
@@ -158,12 +160,6 @@ class Worker:
         def draw(k):
             return self.problem.make_inputs(shape, base + 1 + k, self.device)
 
-        warm = draw(-1)
-        with torch.no_grad():
-            for _ in range(3):
-                model(*warm)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
         kept, chooser, capacity = [], random.Random(os.urandom(16)), msg["keep"]
         last_batch = collections.deque(maxlen=msg["sets_per_batch"])
 
@@ -181,11 +177,10 @@ class Worker:
         with torch.no_grad():
             stats = time_calls(model, draw, self.device, budget_s=msg["budget_s"], min_reps=msg["min_reps"],
                                sets_per_batch=msg["sets_per_batch"], on_output=keep)
-            batch = host_batch_check(model, [warm], self.device) if self.device.type == "cuda" else None
+            batch = host_batch_check(model, [draw(-1)], self.device) if self.device.type == "cuda" else None
         self._verify("timing")
         kept.extend(last_batch)
         last_batch.clear()
-        del warm
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         for seed, output, _ in kept:
