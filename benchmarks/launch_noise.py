@@ -6,6 +6,8 @@ processes, interleaving three ways of running the timer:
   old   no timed warm-up, garbage collector on, process left where the OS put it
   new   what the harness does now: timed warm-up, collector paused, pinned to the GPU's NUMA node
   core  as new, and pinned to one core of that node
+  hash0 as new, with PYTHONHASHSEED=0 (the same dict layouts in every process)
+  fixed as hash0, with address-space randomisation off (setarch -R)
 and prints, per way, the medians and their spread (max/min - 1) across processes.
 Usage: python3 benchmarks/launch_noise.py [--procs 4] [--no-compile]
 """
@@ -31,7 +33,7 @@ def child(way: str, with_compile: bool) -> None:
 
     device = torch.device("cuda")
     cpus = ""
-    if way in ("new", "core"):
+    if way != "old":
         cpus = timing.pin_near_device(device)
         if way == "core":
             first = min(os.sched_getaffinity(0))
@@ -63,6 +65,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--procs", type=int, default=4)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--ways", default="old,new,core")
     ap.add_argument("--child")
     args = ap.parse_args()
     if args.child:
@@ -72,11 +75,16 @@ def main() -> int:
         if os.path.exists(path):
             print(path, open(path).read().strip())
     print("cpus allowed:", len(os.sched_getaffinity(0)))
-    results = {"old": [], "new": [], "core": []}
+    results = {way: [] for way in args.ways.split(",")}
     for i in range(args.procs):
         for way in results:
             cmd = [sys.executable, __file__, "--child", way] + (["--no-compile"] if args.no_compile else [])
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            env = dict(os.environ)
+            if way in ("hash0", "fixed"):
+                env["PYTHONHASHSEED"] = "0"
+            if way == "fixed":
+                cmd = ["setarch", os.uname().machine, "-R"] + cmd
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if not lines:
                 print(f"{way} process {i} failed: {proc.stderr.strip().splitlines()[-1:]}")
