@@ -18,6 +18,16 @@ def _geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+LAUNCH_BOUND = 0.8  # host launch time per call / median at or above which a figure is the host's
+
+
+def _launch_bound(t: dict) -> bool:
+    """The host batch check says launching the call took most of its measured time: the figure then
+    measures the host CPU's launch rate as much as the GPU, and moves between processes and machines."""
+    launch, median = (t.get("batch") or {}).get("launch_ms_per_call"), t.get("median_ms")
+    return bool(launch and median and launch >= LAUNCH_BOUND * median)
+
+
 def _latest(records: list) -> dict:
     """The newest record per (problem, device, kind, name-or-path)."""
     latest = {}
@@ -40,7 +50,8 @@ def build(records: list) -> dict:
             "name": r["name"], "path": r.get("path"), "kind": kind, "status": r["status"], "rule": r.get("rule", ""),
             "reason": r.get("reason", ""), "date": r["env"]["date"], "torch": r["env"]["torch"], "run_id": r["run_id"],
             "commit": r["env"].get("harness_commit"), "sha256": r.get("sha256"),
-            "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "rule", "error")} for t in r["timings"]},
+            "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "rule", "error")}
+                        | {"launch_bound": _launch_bound(t)} for t in r["timings"]},
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
             "own_kernel_share": (r.get("profile") or {}).get("own_share"),
         }
@@ -76,7 +87,8 @@ def _row(s: dict, shapes: list, label: str) -> str:
             cells.append(f"failed: {(t['rule'] + ': ') if t.get('rule') else ''}{t['error'][:80]}" if t else "-")
             continue
         cells.append(f"{_fmt(t['median_ms'], '.4g')} ms · {_fmt(t.get('speedup_eager'), '.2f', 'x')} eager · "
-                     f"{_fmt(t.get('speedup_compile'), '.2f', 'x')} compile · {_fmt(t.get('pct_copy_bw'), '.0f', '%')} BW")
+                     f"{_fmt(t.get('speedup_compile'), '.2f', 'x')} compile · {_fmt(t.get('pct_copy_bw'), '.0f', '%')} BW"
+                     + (" · launch-bound†" if t.get("launch_bound") else ""))
     return "| " + " | ".join(cells) + " |"
 
 
@@ -98,6 +110,10 @@ def render_markdown(board: dict) -> str:
                 out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**"))
             for s in cell["references"]:
                 out.append(_row(s, shapes, f"*{s['name']}* (reference)"))
+            if any(t.get("launch_bound") for group in ("ranked", "references") for x in cell[group] for t in x["timings"].values()):
+                out += ["", f"† launch-bound: launching the call took at least {LAUNCH_BOUND:.0%} of its median, so the figure is the",
+                        "host CPU's launch rate as much as the GPU's work, and it moves by 10-40% between processes on one machine",
+                        "(`benchmarks/launch_noise.py`). Compare such figures within one run only."]
             out.append("")
             if cell["failed"]:
                 out += ["Rejected or failed:", ""]
