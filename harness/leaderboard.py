@@ -18,14 +18,15 @@ def _geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-LAUNCH_BOUND = 0.8  # host launch time per call / median at or above which a figure is the host's
+HOST_BOUND = 0.8  # host time to issue a call / its median, at or above which the figure is the host's
 
 
-def _launch_bound(t: dict) -> bool:
-    """The host batch check says launching the call took most of its measured time: the figure then
-    measures the host CPU's launch rate as much as the GPU, and moves between processes and machines."""
+def _host_bound(t: dict) -> bool:
+    """The host batch check says issuing the call (launches, or a synchronisation inside it) took most
+    of its measured time: the figure then measures the host CPU as much as the GPU, and moves between
+    processes and machines."""
     launch, median = (t.get("batch") or {}).get("launch_ms_per_call"), t.get("median_ms")
-    return bool(launch and median and launch >= LAUNCH_BOUND * median)
+    return bool(launch and median and launch >= HOST_BOUND * median)
 
 
 def _latest(records: list) -> dict:
@@ -51,7 +52,7 @@ def build(records: list) -> dict:
             "reason": r.get("reason", ""), "date": r["env"]["date"], "torch": r["env"]["torch"], "run_id": r["run_id"],
             "commit": r["env"].get("harness_commit"), "sha256": r.get("sha256"),
             "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "rule", "error")}
-                        | {"launch_bound": _launch_bound(t)} for t in r["timings"]},
+                        | {"host_bound": _host_bound(t)} for t in r["timings"]},
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
             "own_kernel_share": (r.get("profile") or {}).get("own_share"),
         }
@@ -88,7 +89,7 @@ def _row(s: dict, shapes: list, label: str) -> str:
             continue
         cells.append(f"{_fmt(t['median_ms'], '.4g')} ms · {_fmt(t.get('speedup_eager'), '.2f', 'x')} eager · "
                      f"{_fmt(t.get('speedup_compile'), '.2f', 'x')} compile · {_fmt(t.get('pct_copy_bw'), '.0f', '%')} BW"
-                     + (" · launch-bound†" if t.get("launch_bound") else ""))
+                     + (" · host-bound†" if t.get("host_bound") else ""))
     return "| " + " | ".join(cells) + " |"
 
 
@@ -110,10 +111,11 @@ def render_markdown(board: dict) -> str:
                 out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**"))
             for s in cell["references"]:
                 out.append(_row(s, shapes, f"*{s['name']}* (reference)"))
-            if any(t.get("launch_bound") for group in ("ranked", "references") for x in cell[group] for t in x["timings"].values()):
-                out += ["", f"† launch-bound: launching the call took at least {LAUNCH_BOUND:.0%} of its median, so the figure is the",
-                        "host CPU's launch rate as much as the GPU's work, and it moves by 10-40% between processes on one machine",
-                        "(`benchmarks/launch_noise.py`). Compare such figures within one run only."]
+            if any(t.get("host_bound") for group in ("ranked", "references") for x in cell[group] for t in x["timings"].values()):
+                out += ["", f"† host-bound: issuing the call (its launches, or a synchronisation inside it) took at least "
+                            f"{HOST_BOUND:.0%} of its", "median, so the figure measures the host CPU as much as the GPU; on the H200 "
+                            "machine such figures moved by", "10-40% between processes (`benchmarks/launch_noise.py`). "
+                            "Compare them within one run only."]
             out.append("")
             if cell["failed"]:
                 out += ["Rejected or failed:", ""]

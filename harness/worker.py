@@ -177,7 +177,7 @@ class Worker:
         with torch.no_grad():
             stats = time_calls(model, draw, self.device, budget_s=msg["budget_s"], min_reps=msg["min_reps"],
                                sets_per_batch=msg["sets_per_batch"], on_output=keep)
-            batch = host_batch_check(model, [draw(-1)], self.device) if self.device.type == "cuda" else None
+            batch = host_batch_check(model, [draw(-1)], self.device, expected_ms=stats.median_ms) if self.device.type == "cuda" else None
         self._verify("timing")
         kept.extend(last_batch)
         last_batch.clear()

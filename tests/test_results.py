@@ -79,7 +79,7 @@ def test_a_reference_row_keeps_the_shapes_it_could_time(tmp_path):
     assert "(1 of 2 shapes)" in row and "failed: exception: n = 393216 exceeds the blocksize" in row
 
 
-def test_a_launch_bound_figure_is_marked_and_explained(tmp_path):
+def test_a_host_bound_figure_is_marked_and_explained(tmp_path):
     path = tmp_path / "runs.jsonl"
     eager = _record("eager", kind="eager", medians=(2.0, 2.0))
     eager["timings"][0]["batch"] = {"calls": 20, "launch_ms_per_call": 1.9, "wall_ms_per_call": 2.0}
@@ -88,7 +88,7 @@ def test_a_launch_bound_figure_is_marked_and_explained(tmp_path):
     leaderboard.regenerate(tmp_path)
     text = (tmp_path / "leaderboard.md").read_text()
     row = next(line for line in text.splitlines() if "*eager*" in line)
-    assert row.count("launch-bound†") == 1 and "† launch-bound" in text
+    assert row.count("host-bound†") == 1 and "† host-bound" in text
     board = json.loads((tmp_path / "leaderboard.json").read_text())
     timings = board["softmax"]["NVIDIA H200"]["references"][0]["timings"]
-    assert timings["s0"]["launch_bound"] is True and timings["s1"]["launch_bound"] is False
+    assert timings["s0"]["host_bound"] is True and timings["s1"]["host_bound"] is False
