@@ -28,8 +28,6 @@ from .timing import copy_bandwidth, escape_bound, matmul_rate
 # A time that implies more than this multiple of the measured copy bandwidth (or of the bf16 matrix
 # rate) cannot be real: read-only streams reach ~1.03x the copy figure, so 1.25x leaves honest margin.
 PHYSICS_MARGIN = 1.25
-# Host-side slack (ms) of the escape check: per-call launch jitter on a small shape reached ~30 us on
-# a shared GPU (an honest kernel measured 41 us against 9 us of events under four parallel test runs).
 
 
 @dataclasses.dataclass
