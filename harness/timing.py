@@ -113,13 +113,13 @@ def warm_up(fn, inputs, device, flush, seconds: float, min_calls: int = 3):
 
 
 def time_calls(fn, draw_set, device, *, budget_s=2.0, min_reps=10, max_reps=2000, sets_per_batch=4,
-               target_se_pct=1.0, on_output=None, warmup_s=0.1, pause_gc=True):
-    """Time fn(*inputs) over fresh input sets. draw_set(k) returns the k-th input set (a list); set -1
-    is the warm-up's. on_output(k, output, inputs) is called after each timed call (outside the timed
-    region)."""
+               target_se_pct=1.0, on_output=None, warmup_s=0.1, pause_gc=True, warm_inputs=None):
+    """Time fn(*inputs) over fresh input sets. draw_set(k) returns the k-th input set (a list); the
+    warm-up uses `warm_inputs`, or set -1 when none are given. on_output(k, output, inputs) is called
+    after each timed call (outside the timed region)."""
     is_cuda = device.type == "cuda"
     flush = L2Flusher(device) if is_cuda else None
-    warm_up(fn, draw_set(-1), device, flush, warmup_s)
+    warm_up(fn, draw_set(-1) if warm_inputs is None else warm_inputs, device, flush, warmup_s)
     gc_was_enabled = gc.isenabled()
     if pause_gc:
         gc.collect()

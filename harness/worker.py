@@ -174,13 +174,15 @@ class Worker:
                     kept[slot] = older
             last_batch.append(item)
 
+        warm = draw(-1)  # drawn once: the warm-up and the host batch check both use it
         with torch.no_grad():
             stats = time_calls(model, draw, self.device, budget_s=msg["budget_s"], min_reps=msg["min_reps"],
-                               sets_per_batch=msg["sets_per_batch"], on_output=keep)
-            batch = host_batch_check(model, [draw(-1)], self.device, expected_ms=stats.median_ms) if self.device.type == "cuda" else None
+                               sets_per_batch=msg["sets_per_batch"], on_output=keep, warm_inputs=warm)
+            batch = host_batch_check(model, [warm], self.device, expected_ms=stats.median_ms) if self.device.type == "cuda" else None
         self._verify("timing")
         kept.extend(last_batch)
         last_batch.clear()
+        del warm
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         for seed, output, _ in kept:
