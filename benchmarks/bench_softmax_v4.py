@@ -2,13 +2,13 @@
 
     python3 benchmarks/bench_softmax_v4.py [--quick]
 
-Builds fast.py, fast_v2.py and fast_v4.py. Correctness (fast_v4 only; fast/fast_v2 were checked before):
+Builds the files named by --names (default fast.py, fast_v2.py, fast_v4.py; add fast_v3 for long rows). Correctness (fast_v4 only; fast/fast_v2 were checked before):
 every problem.yaml shape in float32 and bfloat16 (auto dispatch), inputs like the harness (randn * scale +
 offset, offset in +-60), float64 reference, problem.yaml tolerances (atol/rtol and relative L2); outputs
 poisoned with NaN (freed NaN memory reused by the allocator); inputs must come back unchanged. Extras:
 misaligned base pointer, an all -inf row, a +inf row and a NaN row (NaN rows like torch), and every
 register variant x {plain, .cs} cache hints on full-width and padded (narrower) rows of its class.
-Timing: the three timing shapes, triton.testing.do_bench(warmup=25, rep=100) median (L2 flushed),
+Timing: the four timing shapes (4096x393216: v4's register-segment variants, with plain and .cs stores), triton.testing.do_bench(warmup=25, rep=100) median (L2 flushed),
 for fast, fast_v2, fast_v4 (auto + knob sweep: variant, hint, CTAs/SM), torch eager, quack, Liger.
 Each part runs in a child process restarted after a crash or hang, so one bad case cannot hide others.
 Last line: ALL CORRECT or FAILURES: ...
@@ -44,13 +44,16 @@ SHAPES = [  # problem.yaml
 ]
 F32, BF16 = torch.float32, torch.bfloat16
 TIMING = [("8192x16384_fp32", 8192, 16384, F32), ("32768x4096_bf16", 32768, 4096, BF16),
-          ("16384x32768_bf16", 16384, 32768, BF16)]
+          ("16384x32768_bf16", 16384, 32768, BF16), ("4096x393216_fp32", 4096, 393216, F32)]
 # register variants of fast_v4 per timing class: (variant ids, width it covers, dtype)
-VARIANTS = {0: ([1, 2, 3, 4, 5, 6], 16384, F32), 1: ([11, 12, 13, 14, 15, 16], 4096, BF16),
-            2: ([21, 22, 23, 24, 25, 26], 32768, BF16)}
+VARIANTS = {0: ([1, 2, 3, 4, 5, 6, 31, 32, 33], 16384, F32), 1: ([11, 12, 13, 14, 15, 16], 4096, BF16),
+            2: ([21, 22, 23, 24, 25, 26, 41, 42], 32768, BF16), 3: ([31, 32, 33, 34], 393216, F32),
+            4: ([41, 42], 786432, BF16)}  # 3, 4: long rows in register segments (4: correctness only)
 MULTI_CTA_PERSISTENT = {13, 14, 15, 16}  # persistent variants with > 1 CTA/SM: sweep CTAs per SM
-AUTO = {0: 5, 1: 13, 2: 22}  # kAuto* in fast_v4.py (these also get all four hint modes)
+AUTO = {0: 1, 1: 12, 2: 23, 3: 31, 4: 41}  # kAuto* in fast_v4.py (these also get all four hint modes)
 HINTS = {1: "plain", 2: "ldcs", 3: "stcs", 4: "cs/cs"}
+# Variant classes to check and time (--classes; children inherit it through the environment).
+CLASSES = {int(c) for c in os.environ.get("BENCH_CLASSES", "0,1,2,3,4").split(",") if c}
 
 
 def load_module(name):
@@ -86,17 +89,20 @@ def cases(quick):
             out.append((f"{sname} {b}x{d} {str(dtype)[6:]}", functools.partial(draw, b, d, dtype, 100 + i), 0, 0))
     for dtype in (F32, BF16):
         tag = str(dtype)[6:]
-        for b, d in ((64, 16384), (40, 4096), (9, 32768), (5, 4000)):
+        for b, d in ((64, 16384), (40, 4096), (9, 32768), (5, 4000), (4, 393216)):
             out.append((f"misaligned {b}x{d} {tag}", functools.partial(draw, b, d, dtype, b + d, False, True), 0, 0))
-        for b, d in ((16, 16384), (16, 4096), (16, 32768)):
+        for b, d in ((16, 16384), (16, 4096), (16, 32768), (16, 393216)):
             out.append((f"special {b}x{d} {tag}", functools.partial(draw, b, d, dtype, 7, True), 0, 0))
-    for _, (ids, width, dtype) in VARIANTS.items():
+    for c, (ids, width, dtype) in VARIANTS.items():
+        if c not in CLASSES:
+            continue
         tag = str(dtype)[6:]
         n = 16 // (4 if dtype == F32 else 2)
         for v in ids:
-            hints = (1,) if quick else (1, 4)
+            hints = (1, 3) if width > 65536 else (1,) if quick else (1, 4)
             for h in hints:
-                for b, d, sp in ((1000, width, False), (37, width - 3 * n, True), (3, width // 2 + n, False)):
+                full = 64 if width > 65536 else 1000  # long rows: 64 rows are already 1.5 GB of float64 reference
+                for b, d, sp in ((full, width, False), (37, width - 3 * n, True), (3, width // 2 + n, False)):
                     out.append((f"v{v} h{h} {b}x{d} {tag}{' special' if sp else ''}",
                                 functools.partial(draw, b, d, dtype, v * 10 + h + b, sp), v, h))
     return out
@@ -161,12 +167,14 @@ def timing_impls(si, mods, quick):
         out.append(("fast", mods["fast"].ModelNew()))
     if "fast_v2" in mods:
         out.append(("fast_v2", mods["fast_v2"].ModelNew()))
+    if "fast_v3" in mods and TIMING[si][2] > 65536:
+        out.append(("fast_v3", mods["fast_v3"].ModelNew()))
     if "fast_v4" in mods:
         ext = mods["fast_v4"]._ext
         mk = lambda v, h, c: (lambda x: ext.softmax_fast_v4(x, v, h, c))
         out.append(("v4 auto", mk(0, 0, 0)))
         for v in VARIANTS[si][0]:
-            hints = (1,) if quick else ((1, 2, 3, 4) if v == AUTO[si] else (1, 4))
+            hints = (1, 3) if TIMING[si][2] > 65536 else (1,) if quick else ((1, 2, 3, 4) if v == AUTO[si] else (1, 4))
             for h in hints:
                 out.append((f"v4 v{v} {HINTS[h]}", mk(v, h, 0)))
             if v in MULTI_CTA_PERSISTENT and not quick:
@@ -195,6 +203,8 @@ def child_timing(names, skip, quick):
         except Exception as e:
             print(f"TERR 0 load:{n} {str(e)[:150]!r}", flush=True)
     for si, (sname, b, d, dtype) in enumerate(TIMING):
+        if si not in CLASSES:
+            continue
         try:
             x = draw(b, d, dtype, seed=11)
             ref = torch.softmax(x.float(), dim=-1)
@@ -243,7 +253,12 @@ def main():
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--names", default="fast,fast_v2,fast_v4")
     ap.add_argument("--skip", default="")
+    ap.add_argument("--classes", help="variant classes to check and time, e.g. 3,4 (default: all)")
     args = ap.parse_args()
+    if args.classes:
+        os.environ["BENCH_CLASSES"] = args.classes
+        CLASSES.clear()
+        CLASSES.update(int(c) for c in args.classes.split(","))
     if args.child == "correct":
         return child_correct(args.start, args.quick)
     if args.child == "timing":
@@ -252,7 +267,7 @@ def main():
     t0 = time.time()
     failures, built = [], []
     with ThreadPoolExecutor(3) as pool:
-        futs = {n: pool.submit(load_module, n) for n in ("fast", "fast_v2", "fast_v4")}
+        futs = {n: pool.submit(load_module, n) for n in args.names.split(",") if n}
     for n, f in futs.items():
         try:
             f.result()

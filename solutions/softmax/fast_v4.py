@@ -519,6 +519,118 @@ softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int6
         }
     }
 }
+
+// ================================================================ long rows: register segments + a handshake
+// A row longer than one CTA's registers is cut into P segments of THREADS*VPT units; CTA b holds segment
+// b % P of row b / P in registers (one read of x, as for short rows), reduces it to a (max, sum) pair,
+// publishes the pair and bumps the row's counter, then waits until all P pairs of its row are in,
+// merges them and writes its segment. No clusters and no cross-CTA barrier: a CTA only waits for the
+// other segments of its own row, whose CTAs the hardware dispatches right beside it (blocks go out in
+// index order), so the wait is about one load latency.
+// Progress does not depend on that order: a CTA that waits longer than kSegWaitNs (never seen: it would
+// take a peer that was not dispatched) computes its row's pair itself from x (read-only input), so a
+// scheduling surprise costs time, never a hang or a wrong answer.
+constexpr unsigned long long kSegWaitNs = 500000ull;  // 0.5 ms; a normal wait is a few microseconds
+
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// True once *c >= target (acquire: the pairs published before each increment are visible), false on timeout.
+__device__ __forceinline__ bool wait_count(const unsigned* c, unsigned target) {
+    unsigned long long t0 = 0;
+    for (int it = 0;; ++it) {
+        unsigned v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+        if (v >= target) return true;
+        if (it == 0) t0 = global_ns();
+        else if (global_ns() - t0 > kSegWaitNs) return false;
+        __nanosleep(100);
+    }
+}
+
+template <typename T, int THREADS, int VPT, int MINB>
+__global__ void __launch_bounds__(THREADS, MINB)
+softmax_seg_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int P, MS* __restrict__ ws,
+                   unsigned* __restrict__ cnt, int flags) {
+    constexpr int N = 16 / (int)sizeof(T);
+    constexpr int NW = THREADS / 32;
+    __shared__ MS red[NW];
+    __shared__ int rescue;
+
+    const int64_t row = blockIdx.x / P;
+    const int64_t nu_row = cols / N;
+    const int64_t u0 = (int64_t)(blockIdx.x % P) * (THREADS * VPT);
+    const int nu = (int)min((int64_t)(THREADS * VPT), nu_row - u0);
+    const uint4* src = reinterpret_cast<const uint4*>(x + row * cols) + u0;
+
+    uint4 r[VPT];
+    if (flags & kLdCs) load_row_h<T, THREADS, VPT, true>(r, src, nu);
+    else               load_row_h<T, THREADS, VPT, false>(r, src, nu);
+    float v[VPT][N];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) unpack_unit(r[i], v[i]);
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+#pragma unroll
+        for (int k = 0; k < N; ++k) m = fmaxf(m, v[i][k]);
+    const bool empty = m == -INFINITY;  // ref 0 so that 2^(-inf - ref) = 0, not NaN
+    const float ref = empty ? 0.f : m * kLog2e;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            v[i][k] = ex2(fmaf(v[i][k], kLog2e, -ref));
+            s += v[i][k];
+        }
+    const MS part = block_reduce_v4<THREADS>(MS{empty ? -INFINITY : ref, s}, red);
+
+    if (threadIdx.x == 0) {
+        ws[blockIdx.x] = part;  // == ws[row * P + segment]
+        __threadfence();        // the pair is visible before the count that announces it
+        atomicAdd(cnt + row, 1u);
+        rescue = wait_count(cnt + row, (unsigned)P) ? 0 : 1;
+    }
+    __syncthreads();  // also ends every read of `red` by the block reduction above
+    MS t;
+    if (!rescue) {  // every warp merges the P pairs itself (L2 reads, no further barrier)
+        const MS* wr = ws + row * P;
+        MS p{-INFINITY, 0.f};
+        for (int i = threadIdx.x & 31; i < P; i += 32) {
+            const float2 q = __ldcg(reinterpret_cast<const float2*>(wr + i));
+            p = combine(p, MS{q.x, q.y});
+        }
+        t = group_reduce<32>(p);
+    } else {
+        const T* xr = x + row * cols;
+        Acc acc;
+        for (int64_t u = threadIdx.x; u < nu_row; u += THREADS) {
+            float f[N];
+            load_unit(xr + u * N, f);
+            acc.add(f);
+        }
+        t = block_reduce_v4<THREADS>(acc.pair(), red);
+    }
+    // empty thread: factor 0; an all -inf row has S = 0 -> 0 * inf = NaN, like torch.
+    const float scale = (empty ? 0.f : ex2(ref - t.m)) * (1.f / t.s);
+    T* dst = y + row * cols + u0 * N;
+    auto emit = [&](auto cs) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            const int u = i * THREADS + (int)threadIdx.x;
+            if (u < nu) {
+                float f[N];
+#pragma unroll
+                for (int k = 0; k < N; ++k) f[k] = v[i][k] * scale;
+                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
+            }
+        }
+    };
+    if (flags & kStCs) emit(std::true_type{}); else emit(std::false_type{});
+}
 """
 
 # v1 host code (launch<T, kVec>) verbatim, minus its entry point.
@@ -654,9 +766,28 @@ static void launch_v4_t(const T* x, T* y, int64_t rows, int64_t cols, bool persi
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Long rows: P = ceil(units / (THREADS*VPT)) segments per row, one CTA each (softmax_seg_kernel). The
+// pairs and per-row counters live in a small workspace from torch's allocator (stream-ordered, so calls on
+// one stream never share it while running); the counters start at zero for every call.
+template <typename T, int THREADS, int VPT, int MINB>
+static void launch_seg_t(const T* x, T* y, int64_t rows, int64_t cols, int flags, const torch::TensorOptions& opt,
+                         cudaStream_t stream) {
+    constexpr int N = 16 / (int)sizeof(T);
+    TORCH_CHECK(cols % N == 0, "softmax_fast_v4: segment variants need rows of whole 16-byte units");
+    const int64_t P = ceil_div(cols / N, (int64_t)THREADS * VPT);
+    TORCH_CHECK(rows * P <= INT32_MAX, "softmax_fast_v4: too many row segments");
+    auto ws = torch::empty({rows * P * 2}, opt.dtype(torch::kFloat32));
+    auto cnt = torch::zeros({rows}, opt.dtype(torch::kInt32));
+    softmax_seg_kernel<T, THREADS, VPT, MINB><<<(unsigned)(rows * P), THREADS, 0, stream>>>(
+        x, y, cols, (int)P, reinterpret_cast<MS*>(ws.data_ptr<float>()),
+        reinterpret_cast<unsigned*>(cnt.data_ptr<int32_t>()), flags);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // Auto choices (variant 0 / hint 0), per row class. Edit after the bench sweep.
 // Measured best on the H200 (benchmarks/bench_softmax_v4.py --quick, 2026-11-30): 0.2625 / 0.1344 / 0.5326 ms.
 constexpr int kAutoF32_16K = 1, kAutoBf16_4K = 12, kAutoBf16_32K = 23;
+constexpr int kAutoF32_Long = 31, kAutoBf16_Long = 41;  // rows > 64 KB: register segments (not yet measured)
 constexpr int kAutoHint = 1;  // 1 = plain loads + plain stores (Liger's choice)
 
 // hint knob: 0 = auto, 1 = plain/plain, 2 = ld.cs/plain, 3 = plain/st.cs, 4 = ld.cs/st.cs
@@ -666,7 +797,8 @@ static int hint_flags(int hint) {
 }
 
 // Returns false if the variant id is unknown for this dtype.
-static bool run_variant_f32(int v, const float* x, float* y, int64_t rows, int64_t cols, int cps, int fl, cudaStream_t s) {
+static bool run_variant_f32(int v, const float* x, float* y, int64_t rows, int64_t cols, int cps, int fl,
+                            const torch::TensorOptions& o, cudaStream_t s) {
     switch (v) {
         case 1: launch_v4_t<float, 512, 8, 2, 0, false>(x, y, rows, cols, false, cps, fl, s); return true;   // v2's shape, 2 CTA/SM
         case 2: launch_v4_t<float, 256, 16, 3, 0, false>(x, y, rows, cols, false, cps, fl, s); return true;  // 3 rows/SM
@@ -674,11 +806,16 @@ static bool run_variant_f32(int v, const float* x, float* y, int64_t rows, int64
         case 4: launch_v4_t<float, 512, 8, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 1 ahead
         case 5: launch_v4_t<float, 512, 8, 1, 2, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 2 ahead
         case 6: launch_v4_t<float, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
+        // rows > 16384 fp32: segments of THREADS*VPT*4 floats
+        case 31: launch_seg_t<float, 512, 8, 2>(x, y, rows, cols, fl, o, s); return true;   // 64 KB, 2 CTA/SM
+        case 32: launch_seg_t<float, 256, 8, 4>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 4 CTA/SM
+        case 33: launch_seg_t<float, 512, 6, 3>(x, y, rows, cols, fl, o, s); return true;   // 48 KB, 3 CTA/SM
+        case 34: launch_seg_t<float, 1024, 4, 1>(x, y, rows, cols, fl, o, s); return true;  // 64 KB, 1024 thr
         default: return false;
     }
 }
 static bool run_variant_bf16(int v, const __nv_bfloat16* x, __nv_bfloat16* y, int64_t rows, int64_t cols, int cps, int fl,
-                             cudaStream_t s) {
+                             const torch::TensorOptions& o, cudaStream_t s) {
     using B = __nv_bfloat16;
     switch (v) {
         // rows <= 4096 bf16 (8 KB)
@@ -695,6 +832,9 @@ static bool run_variant_bf16(int v, const __nv_bfloat16* x, __nv_bfloat16* y, in
         case 24: launch_v4_t<B, 512, 8, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 1 ahead
         case 25: launch_v4_t<B, 512, 8, 1, 2, true>(x, y, rows, cols, true, cps, fl, s); return true;     // persistent, recompute
         case 26: launch_v4_t<B, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
+        // rows > 32768 bf16: segments of THREADS*VPT*8 bf16 (kept as floats: 32 per thread)
+        case 41: launch_seg_t<B, 512, 4, 2>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 2 CTA/SM
+        case 42: launch_seg_t<B, 256, 4, 4>(x, y, rows, cols, fl, o, s); return true;   // 16 KB, 4 CTA/SM
         default: return false;
     }
 }
@@ -725,9 +865,10 @@ torch::Tensor softmax_fast_v4(torch::Tensor x, int64_t variant, int64_t hint, in
         const int64_t nu = cols / 4;
         int v = (int)variant;
         if (v == 0 && vec && nu > 2048 && nu <= 4096) v = kAutoF32_16K;
+        if (v == 0 && vec && nu > 4096) v = kAutoF32_Long;
         if (v != 0) {
             TORCH_CHECK(vec, "softmax_fast_v4: register variants need 16-byte aligned rows");
-            TORCH_CHECK(run_variant_f32(v, xp, yp, rows, cols, cps, fl, stream), "softmax_fast_v4: no fp32 variant ", v);
+            TORCH_CHECK(run_variant_f32(v, xp, yp, rows, cols, cps, fl, x.options(), stream), "softmax_fast_v4: no fp32 variant ", v);
         } else if (vec) {
             launch<float, true>(xp, yp, rows, cols, 64 * 1024, stream);
         } else {
@@ -740,9 +881,10 @@ torch::Tensor softmax_fast_v4(torch::Tensor x, int64_t variant, int64_t hint, in
         int v = (int)variant;
         if (v == 0 && vec && nu > 256 && nu <= 512) v = kAutoBf16_4K;
         if (v == 0 && vec && nu > 2048 && nu <= 4096) v = kAutoBf16_32K;
+        if (v == 0 && vec && nu > 4096) v = kAutoBf16_Long;
         if (v != 0) {
             TORCH_CHECK(vec, "softmax_fast_v4: register variants need 16-byte aligned rows");
-            TORCH_CHECK(run_variant_bf16(v, xp, yp, rows, cols, cps, fl, stream), "softmax_fast_v4: no bf16 variant ", v);
+            TORCH_CHECK(run_variant_bf16(v, xp, yp, rows, cols, cps, fl, x.options(), stream), "softmax_fast_v4: no bf16 variant ", v);
         } else if (vec) {
             launch<__nv_bfloat16, true>(xp, yp, rows, cols, 64 * 1024, stream);
         } else {
