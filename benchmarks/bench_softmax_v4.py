@@ -1,15 +1,16 @@
 """Correctness + knob sweep for solutions/softmax/fast_v4.py (run on the GPU machine, from the repo root).
 
-    python3 benchmarks/bench_softmax_v4.py [--quick]
+    python3 benchmarks/bench_softmax_v4.py [--quick] [--names fast,fast_v4] [--classes 0,1,2,3,4]
 
-Builds the files named by --names (default fast.py, fast_v2.py, fast_v4.py; add fast_v3 for long rows). Correctness (fast_v4 only; fast/fast_v2 were checked before):
-every problem.yaml shape in float32 and bfloat16 (auto dispatch), inputs like the harness (randn * scale +
-offset, offset in +-60), float64 reference, problem.yaml tolerances (atol/rtol and relative L2); outputs
-poisoned with NaN (freed NaN memory reused by the allocator); inputs must come back unchanged. Extras:
-misaligned base pointer, an all -inf row, a +inf row and a NaN row (NaN rows like torch), and every
-register variant x {plain, .cs} cache hints on full-width and padded (narrower) rows of its class.
-Timing: the four timing shapes (4096x393216: v4's register-segment variants, with plain and .cs stores), triton.testing.do_bench(warmup=25, rep=100) median (L2 flushed),
-for fast, fast_v2, fast_v4 (auto + knob sweep: variant, hint, CTAs/SM), torch eager, quack, Liger.
+Builds the files named by --names (default fast.py and fast_v4.py). Correctness (fast_v4 only): every
+problem.yaml shape in float32 and bfloat16 (auto dispatch), inputs like the harness (randn * scale + offset,
+offset in +-60), float64 reference, problem.yaml tolerances (atol/rtol and relative L2); outputs poisoned
+with NaN (freed NaN memory reused by the allocator); inputs must come back unchanged. Extras: misaligned
+base pointer, an all -inf row, a +inf row and a NaN row (NaN rows like torch), and every register variant
+of the chosen classes x cache hints on full-width and padded (narrower) rows of its class.
+Timing: the four timing shapes, triton.testing.do_bench(warmup=25, rep=100) median (L2 flushed), for the
+built files, fast_v4 (auto + knob sweep: variant, hint, CTAs/SM; 4096x393216: the register-segment
+variants with .cs stores), torch eager, quack, Liger.
 Each part runs in a child process restarted after a crash or hang, so one bad case cannot hide others.
 Last line: ALL CORRECT or FAILURES: ...
 """
@@ -47,8 +48,8 @@ TIMING = [("8192x16384_fp32", 8192, 16384, F32), ("32768x4096_bf16", 32768, 4096
           ("16384x32768_bf16", 16384, 32768, BF16), ("4096x393216_fp32", 4096, 393216, F32)]
 # register variants of fast_v4 per timing class: (variant ids, width it covers, dtype)
 VARIANTS = {0: ([1, 2, 3, 4, 5, 6], 16384, F32), 1: ([11, 12, 13, 14, 15, 16], 4096, BF16),
-            2: ([21, 22, 23, 24, 25, 26], 32768, BF16), 3: ([31, 32, 33, 34, 35, 36, 37], 393216, F32),
-            4: ([41, 42, 43], 786432, BF16)}  # 3, 4: long rows in register segments (4: correctness only)
+            2: ([21, 22, 23, 24, 25, 26], 32768, BF16), 3: ([31, 32, 33], 393216, F32),
+            4: ([41, 42], 786432, BF16)}  # 3, 4: long rows in register segments (4: correctness only)
 MULTI_CTA_PERSISTENT = {13, 14, 15, 16}  # persistent variants with > 1 CTA/SM: sweep CTAs per SM
 AUTO = {0: 1, 1: 12, 2: 23, 3: 33, 4: 41}  # kAuto* in fast_v4.py (these also get all four hint modes)
 HINTS = {1: "plain", 2: "ldcs", 3: "stcs", 4: "cs/cs"}
@@ -165,10 +166,6 @@ def timing_impls(si, mods, quick):
     out = []
     if "fast" in mods:
         out.append(("fast", mods["fast"].ModelNew()))
-    if "fast_v2" in mods:
-        out.append(("fast_v2", mods["fast_v2"].ModelNew()))
-    if "fast_v3" in mods and TIMING[si][2] > 65536:
-        out.append(("fast_v3", mods["fast_v3"].ModelNew()))
     if "fast_v4" in mods:
         ext = mods["fast_v4"]._ext
         mk = lambda v, h, c: (lambda x: ext.softmax_fast_v4(x, v, h, c))
@@ -251,7 +248,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer hint/CTA variants")
     ap.add_argument("--child", choices=["correct", "timing"])
     ap.add_argument("--start", type=int, default=0)
-    ap.add_argument("--names", default="fast,fast_v2,fast_v4")
+    ap.add_argument("--names", default="fast,fast_v4")
     ap.add_argument("--skip", default="")
     ap.add_argument("--classes", help="variant classes to check and time, e.g. 3,4 (default: all)")
     args = ap.parse_args()

@@ -11,7 +11,9 @@ Every row lives in REGISTERS of one CTA (no clusters, no shared-memory copy of t
     costs and load latency overlap (matters most for 8 KB rows);
   * cache hints (plain vs ld.global.cs / st.global.cs), threads per row, CTAs per SM are knobs:
     softmax_fast_v4(x, variant, hint, ctas_per_sm), 0 = auto. benchmarks/bench_softmax_v4.py sweeps them.
-Everything else (misaligned / odd widths, narrower or wider rows, 4096x393216) runs v1's kernels
+Rows longer than 64 KB (4096x393216) are cut into segments of one CTA's registers: each CTA publishes its
+segment's (max, sum) pair, counts itself in, waits for the row's other segments (their CTAs run beside
+it) and writes its part; no clusters. Misaligned / odd widths and narrow rows run v1's kernels
 (solutions/softmax/fast.py), copied verbatim.
 """
 import torch
@@ -521,18 +523,15 @@ softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int6
 }
 
 // ================================================================ long rows: register segments + a handshake
-// A row longer than one CTA's registers is cut into P segments of THREADS*VPT units. The CTA that holds a
-// segment in registers (one read of x, as for short rows) reduces it to a (max, sum) pair and publishes it;
-// the last of the row's P CTAs to arrive (a ticket) merges the P pairs and publishes the row's pair in ONE
-// 64-bit word; the others poll that word. No clusters, no grid barrier: a CTA waits only for the other
-// segments of its own row.
-//   PERSIST = false: one segment per CTA (grid = rows * P); the row's CTAs are dispatched side by side.
-//   PERSIST = true: grid = the CTAs that fit, launched cooperatively (all resident), items b, b+G, ...;
-//     the next item's loads are issued before the current one's handshake, so HBM stays busy while a CTA
-//     waits. Deadlock-free when G >= P: consecutive items of a CTA lie in different rows, so every wait
-//     points at a lower row than the item its CTA still holds.
-// Progress never depends on the scheduler: a CTA that waits longer than kSegWaitNs (never expected)
-// computes its row's pair itself from x (a read-only input), so a surprise costs time, not a hang.
+// A row longer than one CTA's registers is cut into P segments of THREADS*VPT units; CTA b holds segment
+// b % P of row b / P in registers (one read of x, as for short rows), reduces it to a (max, sum) pair,
+// publishes the pair and bumps the row's counter, then waits until all P pairs of its row are in,
+// merges them and writes its segment. No clusters and no cross-CTA barrier: a CTA only waits for the
+// other segments of its own row, whose CTAs the hardware dispatches right beside it (blocks go out in
+// index order), so the wait is about one load latency.
+// Progress does not depend on that order: a CTA that waits longer than kSegWaitNs (never seen: it would
+// take a peer that was not dispatched) computes its row's pair itself from x (read-only input), so a
+// scheduling surprise costs time, never a hang or a wrong answer.
 constexpr unsigned long long kSegWaitNs = 500000ull;  // 0.5 ms; a normal wait is a few microseconds
 
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -540,152 +539,99 @@ __device__ __forceinline__ unsigned long long global_ns() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-// A merged pair as one 64-bit word; 0 means "not yet": a merged pair has S >= 1, or S = 0 with M = -inf.
-__device__ __forceinline__ unsigned long long pack_ms(MS p) {
-    return ((unsigned long long)__float_as_uint(p.s) << 32) | __float_as_uint(p.m);
-}
-__device__ __forceinline__ MS unpack_ms(unsigned long long w) {
-    return {__uint_as_float((unsigned)(w & 0xffffffffu)), __uint_as_float((unsigned)(w >> 32))};
+// True once *c >= target (acquire: the pairs published before each increment are visible), false on timeout.
+__device__ __forceinline__ bool wait_count(const unsigned* c, unsigned target) {
+    unsigned long long t0 = 0;
+    for (int it = 0;; ++it) {
+        unsigned v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+        if (v >= target) return true;
+        if (it == 0) t0 = global_ns();
+        else if (global_ns() - t0 > kSegWaitNs) return false;
+        __nanosleep(100);
+    }
 }
 
-// Called by all of warp 0: publish `part` (segment `seg` of `row`) and return the row's merged pair in
-// `out`; false on timeout. ws: P pairs per row; cnt, fin: zero before the launch.
-__device__ __forceinline__ bool seg_row_pair(MS part, MS* ws, unsigned* cnt, unsigned long long* fin, int64_t row,
-                                             int seg, int P, MS& out) {
-    const int lane = threadIdx.x & 31;
-    unsigned old = 0;
-    if (lane == 0) {
-        ws[row * P + seg] = part;
-        __threadfence();  // the pair is visible before the ticket that counts it
-        old = atomicAdd(cnt + row, 1u);
+template <typename T, int THREADS, int VPT, int MINB>
+__global__ void __launch_bounds__(THREADS, MINB)
+softmax_seg_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int P, MS* __restrict__ ws,
+                   unsigned* __restrict__ cnt, int flags) {
+    constexpr int N = 16 / (int)sizeof(T);
+    constexpr int NW = THREADS / 32;
+    __shared__ MS red[NW];
+    __shared__ int rescue;
+
+    const int64_t row = blockIdx.x / P;
+    const int64_t nu_row = cols / N;
+    const int64_t u0 = (int64_t)(blockIdx.x % P) * (THREADS * VPT);
+    const int nu = (int)min((int64_t)(THREADS * VPT), nu_row - u0);
+    const uint4* src = reinterpret_cast<const uint4*>(x + row * cols) + u0;
+
+    uint4 r[VPT];
+    if (flags & kLdCs) load_row_h<T, THREADS, VPT, true>(r, src, nu);
+    else               load_row_h<T, THREADS, VPT, false>(r, src, nu);
+    float v[VPT][N];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) unpack_unit(r[i], v[i]);
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+#pragma unroll
+        for (int k = 0; k < N; ++k) m = fmaxf(m, v[i][k]);
+    const bool empty = m == -INFINITY;  // ref 0 so that 2^(-inf - ref) = 0, not NaN
+    const float ref = empty ? 0.f : m * kLog2e;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            v[i][k] = ex2(fmaf(v[i][k], kLog2e, -ref));
+            s += v[i][k];
+        }
+    const MS part = block_reduce_v4<THREADS>(MS{empty ? -INFINITY : ref, s}, red);
+
+    if (threadIdx.x == 0) {
+        ws[blockIdx.x] = part;  // == ws[row * P + segment]
+        __threadfence();        // the pair is visible before the count that announces it
+        atomicAdd(cnt + row, 1u);
+        rescue = wait_count(cnt + row, (unsigned)P) ? 0 : 1;
     }
-    old = __shfl_sync(0xffffffffu, old, 0);
-    if (old == (unsigned)P - 1) {  // last to arrive: every other pair is published
-        __threadfence();
+    __syncthreads();  // also ends every read of `red` by the block reduction above
+    MS t;
+    if (!rescue) {  // every warp merges the P pairs itself (L2 reads, no further barrier)
         const MS* wr = ws + row * P;
         MS p{-INFINITY, 0.f};
-        for (int i = lane; i < P; i += 32) {
+        for (int i = threadIdx.x & 31; i < P; i += 32) {
             const float2 q = __ldcg(reinterpret_cast<const float2*>(wr + i));
             p = combine(p, MS{q.x, q.y});
         }
-        out = group_reduce<32>(p);
-        if (lane == 0)
-            asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(fin + row), "l"(pack_ms(out)) : "memory");
-        return true;
-    }
-    unsigned long long w = 0;
-    int ok = 1;
-    if (lane == 0) {
-        unsigned long long t0 = 0;
-        for (int it = 0;; ++it) {
-            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(fin + row) : "memory");
-            if (w != 0) break;
-            if (it == 0) t0 = global_ns();
-            else if (global_ns() - t0 > kSegWaitNs) { ok = 0; break; }
-            __nanosleep(64);
-        }
-    }
-    ok = __shfl_sync(0xffffffffu, ok, 0);
-    out = unpack_ms(__shfl_sync(0xffffffffu, w, 0));
-    return ok != 0;
-}
-
-template <typename T, int THREADS, int VPT, int MINB, bool PERSIST>
-__global__ void __launch_bounds__(THREADS, MINB)
-softmax_seg_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int P, int64_t items,
-                   MS* __restrict__ ws, unsigned* __restrict__ cnt, unsigned long long* __restrict__ fin, int flags) {
-    constexpr int N = 16 / (int)sizeof(T);
-    constexpr int SEG = THREADS * VPT;
-    constexpr int NW = THREADS / 32;
-    __shared__ MS red[2][NW];
-    __shared__ MS row_pair[2];
-    __shared__ int rescue[2];
-    const int64_t nu_row = cols / N;
-    const bool ldcs = (flags & kLdCs) != 0, stcs = (flags & kStCs) != 0;
-    int par = 0;
-
-    auto issue = [&](uint4 (&r)[VPT], int64_t item) {
-        const bool ok = item < items;
-        const int64_t row = ok ? item / P : 0, u0 = ok ? (item % P) * SEG : 0;
-        const int nu = ok ? (int)min((int64_t)SEG, nu_row - u0) : 0;
-        const uint4* src = reinterpret_cast<const uint4*>(x + row * cols) + u0;
-        if (ldcs) load_row_h<T, THREADS, VPT, true>(r, src, nu);
-        else      load_row_h<T, THREADS, VPT, false>(r, src, nu);
-    };
-
-    auto process = [&](uint4 (&r)[VPT], int64_t item, int64_t next) {
-        const int64_t row = item / P;
-        const int seg = (int)(item % P);
-        const int64_t u0 = (int64_t)seg * SEG;
-        const int nu = (int)min((int64_t)SEG, nu_row - u0);
-        MS* sc = red[par];
-        float v[VPT][N];
-#pragma unroll
-        for (int i = 0; i < VPT; ++i) unpack_unit(r[i], v[i]);
-        if constexpr (PERSIST) issue(r, next);  // in flight during this item's reduction and handshake
-        float m = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < VPT; ++i)
-#pragma unroll
-            for (int k = 0; k < N; ++k) m = fmaxf(m, v[i][k]);
-        const bool empty = m == -INFINITY;  // ref 0 so that 2^(-inf - ref) = 0, not NaN
-        const float ref = empty ? 0.f : m * kLog2e;
-        float s = 0.f;
-#pragma unroll
-        for (int i = 0; i < VPT; ++i)
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                v[i][k] = ex2(fmaf(v[i][k], kLog2e, -ref));
-                s += v[i][k];
-            }
-        const MS part = block_reduce_v4<THREADS>(MS{empty ? -INFINITY : ref, s}, sc);
-        if (threadIdx.x < 32) {
-            MS t;
-            const bool ok = seg_row_pair(part, ws, cnt, fin, row, seg, P, t);
-            if (threadIdx.x == 0) {
-                row_pair[par] = t;
-                rescue[par] = !ok;
-            }
-        }
-        __syncthreads();  // also ends every read of `sc` by the block reduction above
-        MS t = row_pair[par];
-        if (rescue[par]) {
-            const T* xr = x + row * cols;
-            Acc acc;
-            for (int64_t u = threadIdx.x; u < nu_row; u += THREADS) {
-                float f[N];
-                load_unit(xr + u * N, f);
-                acc.add(f);
-            }
-            t = block_reduce_v4<THREADS>(acc.pair(), sc);
-        }
-        par ^= 1;
-        // empty thread: factor 0; an all -inf row has S = 0 -> 0 * inf = NaN, like torch.
-        const float scale = (empty ? 0.f : ex2(ref - t.m)) * (1.f / t.s);
-        T* dst = y + row * cols + u0 * N;
-        auto emit = [&](auto cs) {
-#pragma unroll
-            for (int i = 0; i < VPT; ++i) {
-                const int u = i * THREADS + (int)threadIdx.x;
-                if (u < nu) {
-                    float f[N];
-#pragma unroll
-                    for (int k = 0; k < N; ++k) f[k] = v[i][k] * scale;
-                    store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
-                }
-            }
-        };
-        if (stcs) emit(std::true_type{}); else emit(std::false_type{});
-    };
-
-    uint4 buf[VPT];
-    const int64_t G = gridDim.x;
-    issue(buf, blockIdx.x);
-    if constexpr (PERSIST) {
-        for (int64_t item = blockIdx.x; item < items; item += G) process(buf, item, item + G);
+        t = group_reduce<32>(p);
     } else {
-        process(buf, blockIdx.x, items);
+        const T* xr = x + row * cols;
+        Acc acc;
+        for (int64_t u = threadIdx.x; u < nu_row; u += THREADS) {
+            float f[N];
+            load_unit(xr + u * N, f);
+            acc.add(f);
+        }
+        t = block_reduce_v4<THREADS>(acc.pair(), red);
     }
+    // empty thread: factor 0; an all -inf row has S = 0 -> 0 * inf = NaN, like torch.
+    const float scale = (empty ? 0.f : ex2(ref - t.m)) * (1.f / t.s);
+    T* dst = y + row * cols + u0 * N;
+    auto emit = [&](auto cs) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            const int u = i * THREADS + (int)threadIdx.x;
+            if (u < nu) {
+                float f[N];
+#pragma unroll
+                for (int k = 0; k < N; ++k) f[k] = v[i][k] * scale;
+                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
+            }
+        }
+    };
+    if (flags & kStCs) emit(std::true_type{}); else emit(std::false_type{});
 }
 """
 
@@ -822,47 +768,21 @@ static void launch_v4_t(const T* x, T* y, int64_t rows, int64_t cols, bool persi
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Long rows: P = ceil(units / (THREADS*VPT)) segments per row (softmax_seg_kernel). The pairs, the
-// per-row tickets and merged pairs live in a small workspace from torch's allocator (stream-ordered, so
-// calls on one stream never share it while running); tickets and merged pairs start at zero every call.
-// PERSIST: a cooperative launch of the resident CTAs when that gives at least P of them (its deadlock
-// argument needs G >= P and all CTAs resident); otherwise one segment per CTA.
-template <typename T, int THREADS, int VPT, int MINB, bool PERSIST>
+// Long rows: P = ceil(units / (THREADS*VPT)) segments per row, one CTA each (softmax_seg_kernel). The
+// pairs and per-row counters live in a small workspace from torch's allocator (stream-ordered, so calls on
+// one stream never share it while running); the counters start at zero for every call.
+template <typename T, int THREADS, int VPT, int MINB>
 static void launch_seg_t(const T* x, T* y, int64_t rows, int64_t cols, int flags, const torch::TensorOptions& opt,
                          cudaStream_t stream) {
     constexpr int N = 16 / (int)sizeof(T);
     TORCH_CHECK(cols % N == 0, "softmax_fast_v4: segment variants need rows of whole 16-byte units");
-    const int64_t P64 = ceil_div(cols / N, (int64_t)THREADS * VPT);
-    int64_t items = rows * P64;
-    TORCH_CHECK(items <= INT32_MAX, "softmax_fast_v4: too many row segments");
-    int P = (int)P64;
-    auto ws = torch::empty({items * 2}, opt.dtype(torch::kFloat32));
-    auto zeroed = torch::zeros({rows * 3}, opt.dtype(torch::kInt32));  // merged pairs (rows x 8 B), tickets (rows x 4 B)
-    MS* wsp = reinterpret_cast<MS*>(ws.data_ptr<float>());
-    auto fin = reinterpret_cast<unsigned long long*>(zeroed.data_ptr<int32_t>());
-    auto cnt = reinterpret_cast<unsigned*>(zeroed.data_ptr<int32_t>() + 2 * rows);
-    if constexpr (PERSIST) {
-        auto kernel = softmax_seg_kernel<T, THREADS, VPT, MINB, true>;
-        static int resident = -1;  // CTAs that fit on the GPU, per instantiation (queried once)
-        if (resident < 0) {
-            int per = 0, dev = 0, sms = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, THREADS, 0) != cudaSuccess) per = 0;
-            (void)cudaGetLastError();
-            C10_CUDA_CHECK(cudaGetDevice(&dev));
-            C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-            resident = per * sms;
-        }
-        const int64_t grid = std::min<int64_t>(resident, items);
-        if (grid >= P) {
-            void* args[] = {(void*)&x, (void*)&y, (void*)&cols, (void*)&P, (void*)&items, (void*)&wsp, (void*)&cnt,
-                            (void*)&fin, (void*)&flags};
-            if (cudaLaunchCooperativeKernel((void*)kernel, dim3((unsigned)grid), dim3(THREADS), args, 0, stream) == cudaSuccess)
-                return;
-            (void)cudaGetLastError();  // not co-schedulable right now: one segment per CTA instead
-        }
-    }
-    softmax_seg_kernel<T, THREADS, VPT, MINB, false><<<(unsigned)items, THREADS, 0, stream>>>(
-        x, y, cols, P, items, wsp, cnt, fin, flags);
+    const int64_t P = ceil_div(cols / N, (int64_t)THREADS * VPT);
+    TORCH_CHECK(rows * P <= INT32_MAX, "softmax_fast_v4: too many row segments");
+    auto ws = torch::empty({rows * P * 2}, opt.dtype(torch::kFloat32));
+    auto cnt = torch::zeros({rows}, opt.dtype(torch::kInt32));
+    softmax_seg_kernel<T, THREADS, VPT, MINB><<<(unsigned)(rows * P), THREADS, 0, stream>>>(
+        x, y, cols, (int)P, reinterpret_cast<MS*>(ws.data_ptr<float>()),
+        reinterpret_cast<unsigned*>(cnt.data_ptr<int32_t>()), flags);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -870,7 +790,7 @@ static void launch_seg_t(const T* x, T* y, int64_t rows, int64_t cols, int flags
 // Measured best on the H200 (benchmarks/bench_softmax_v4.py --quick, 2026-11-30): 0.2625 / 0.1344 / 0.5326 ms.
 constexpr int kAutoF32_16K = 1, kAutoBf16_4K = 12, kAutoBf16_32K = 23;
 // Rows > 64 KB: register segments, with streaming (.cs) stores unless a hint is given: plain stores were
-// 1.6x slower at 4096x393216 (bench, 2026-11-30; 33 .cs: 3.66 ms, 31 .cs: 3.82 ms, v3: 3.90 ms).
+// 1.6x slower at 4096x393216 (bench, H200, 2026-11-30: variant 33 .cs 3.66 ms, 31 .cs 3.82 ms, fast_v3 3.90 ms).
 constexpr int kAutoF32_Long = 33, kAutoBf16_Long = 41, kAutoHintLong = 3;
 constexpr int kAutoHint = 1;  // 1 = plain loads + plain stores (Liger's choice)
 
@@ -891,13 +811,9 @@ static bool run_variant_f32(int v, const float* x, float* y, int64_t rows, int64
         case 5: launch_v4_t<float, 512, 8, 1, 2, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 2 ahead
         case 6: launch_v4_t<float, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
         // rows > 16384 fp32: segments of THREADS*VPT*4 floats
-        case 31: launch_seg_t<float, 512, 8, 2, false>(x, y, rows, cols, fl, o, s); return true;  // 64 KB, 2 CTA/SM
-        case 32: launch_seg_t<float, 256, 8, 4, false>(x, y, rows, cols, fl, o, s); return true;  // 32 KB, 4 CTA/SM
-        case 33: launch_seg_t<float, 512, 6, 3, false>(x, y, rows, cols, fl, o, s); return true;  // 48 KB, 3 CTA/SM
-        case 34: launch_seg_t<float, 512, 8, 1, true>(x, y, rows, cols, fl, o, s); return true;   // persistent, 1 CTA/SM
-        case 35: launch_seg_t<float, 256, 8, 2, true>(x, y, rows, cols, fl, o, s); return true;   // persistent, 2 CTA/SM
-        case 36: launch_seg_t<float, 512, 4, 2, true>(x, y, rows, cols, fl, o, s); return true;   // persistent, 32 KB
-        case 37: launch_seg_t<float, 256, 6, 3, true>(x, y, rows, cols, fl, o, s); return true;   // persistent, 3 CTA/SM
+        case 31: launch_seg_t<float, 512, 8, 2>(x, y, rows, cols, fl, o, s); return true;   // 64 KB, 2 CTA/SM
+        case 32: launch_seg_t<float, 256, 8, 4>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 4 CTA/SM
+        case 33: launch_seg_t<float, 512, 6, 3>(x, y, rows, cols, fl, o, s); return true;   // 48 KB, 3 CTA/SM
         default: return false;
     }
 }
@@ -920,9 +836,8 @@ static bool run_variant_bf16(int v, const __nv_bfloat16* x, __nv_bfloat16* y, in
         case 25: launch_v4_t<B, 512, 8, 1, 2, true>(x, y, rows, cols, true, cps, fl, s); return true;     // persistent, recompute
         case 26: launch_v4_t<B, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
         // rows > 32768 bf16: segments of THREADS*VPT*8 bf16 (kept as floats: 32 per thread)
-        case 41: launch_seg_t<B, 512, 4, 2, false>(x, y, rows, cols, fl, o, s); return true;  // 32 KB, 2 CTA/SM
-        case 42: launch_seg_t<B, 256, 4, 4, false>(x, y, rows, cols, fl, o, s); return true;  // 16 KB, 4 CTA/SM
-        case 43: launch_seg_t<B, 256, 8, 2, true>(x, y, rows, cols, fl, o, s); return true;   // persistent, 32 KB
+        case 41: launch_seg_t<B, 512, 4, 2>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 2 CTA/SM
+        case 42: launch_seg_t<B, 256, 4, 4>(x, y, rows, cols, fl, o, s); return true;   // 16 KB, 4 CTA/SM
         default: return false;
     }
 }
