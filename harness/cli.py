@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--budget", type=float, default=2.0, help="timing budget in seconds per target and shape")
     ev.add_argument("--timeout", type=float, default=300.0, help="seconds a single call may take before it counts as hung")
     ev.add_argument("--build-timeout", type=float, default=1800.0, help="seconds a build may take")
+    ev.add_argument("--host-bound-processes", type=int, default=5, metavar="N",
+                    help="time a host-bound entry (issuing the call took most of its time) in N fresh processes in all and "
+                         "record the median of their medians: such figures move more between processes than within one (1: off)")
     ev.add_argument("--no-baselines", action="store_true", help="skip the eager and torch.compile baselines")
     ev.add_argument("--no-externals", action="store_true", help="skip other libraries (quack, Liger)")
     ev.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
@@ -106,7 +109,7 @@ def cmd_eval(args) -> int:
         reporter.console.print("[yellow]No CUDA device: solutions that build CUDA kernels need a GPU and will not be timed here; "
                                "pure-PyTorch solutions run on the CPU with a wall-clock timer.[/yellow]")
     config = Config(trials=args.trials, budget_s=args.budget, call_timeout_s=args.timeout, build_timeout_s=args.build_timeout,
-                    shapes=tuple(args.shape))
+                    shapes=tuple(args.shape), host_bound_processes=args.host_bound_processes)
     run = Run(device, args.results / "runs.jsonl", config, seed=args.seed, reporter=reporter)
     reporter.console.print(f"run {run.run_id}, seed {run.seed} (replay with --seed {run.seed}); device {run.env['gpu']}"
                            + (f", copy bandwidth {run.copy_bw / 1e12:.2f} TB/s" if run.copy_bw else ""))

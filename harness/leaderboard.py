@@ -3,6 +3,7 @@
 Per problem and device: the latest run's baselines (eager, torch.compile) and other libraries as
 reference rows; each solution's latest record; correct solutions ranked by the geometric mean of their
 speedup over eager (both measured in the same run) across the timing shapes; failures below, with why.
+A solution file since removed from the repository drops off the board; its records stay in runs.jsonl.
 """
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import json
 import math
 from pathlib import Path
 
+from .problem import REPO_ROOT
 from .records import read_records, write_atomic
+from .timing import HOST_BOUND, is_host_bound
 
 
 def _geomean(values):
@@ -18,15 +21,11 @@ def _geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-HOST_BOUND = 0.8  # host time to issue a call / its median, at or above which the figure is the host's
-
-
 def _host_bound(t: dict) -> bool:
-    """The host batch check says issuing the call (launches, or a synchronisation inside it) took most
-    of its measured time: the figure then measures the host CPU as much as the GPU, and moves between
-    processes and machines."""
-    launch, median = (t.get("batch") or {}).get("launch_ms_per_call"), t.get("median_ms")
-    return bool(launch and median and launch >= HOST_BOUND * median)
+    """Whether a timing entry's figure is the host's. Its batch check ran in the first process, so it is
+    compared with that process's median."""
+    first = (t.get("process_medians_ms") or [t.get("median_ms")])[0]
+    return is_host_bound(first, t.get("batch"))
 
 
 def _latest(records: list) -> dict:
@@ -39,10 +38,18 @@ def _latest(records: list) -> dict:
     return latest
 
 
-def build(records: list) -> dict:
-    """{problem: {device: {...}}} with ranked solutions, reference rows and failures."""
+def still_shipped(path: str | None) -> bool:
+    """False for a solution recorded by its path inside the repository whose file is gone."""
+    return not path or Path(path).is_absolute() or (REPO_ROOT / path).exists()
+
+
+def build(records: list, keep=lambda path: True) -> dict:
+    """{problem: {device: {...}}} with ranked solutions, reference rows and failures; solutions for
+    which keep(path) is false are left out."""
     board = {}
     for (problem, device, kind, _), r in sorted(_latest(records).items(), key=lambda kv: kv[1]["env"]["date"]):
+        if kind == "solution" and not keep(r.get("path")):
+            continue
         cell = board.setdefault(problem, {}).setdefault(device, {"references": [], "ranked": [], "failed": [], "skipped": [], "shapes": []})
         for t in r["timings"]:
             if t["shape"] not in cell["shapes"]:
@@ -51,7 +58,7 @@ def build(records: list) -> dict:
             "name": r["name"], "path": r.get("path"), "kind": kind, "status": r["status"], "rule": r.get("rule", ""),
             "reason": r.get("reason", ""), "date": r["env"]["date"], "torch": r["env"]["torch"], "run_id": r["run_id"],
             "commit": r["env"].get("harness_commit"), "sha256": r.get("sha256"),
-            "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "rule", "error")}
+            "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "processes", "rule", "error")}
                         | {"host_bound": _host_bound(t)} for t in r["timings"]},
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
             "own_kernel_share": (r.get("profile") or {}).get("own_share"),
@@ -89,8 +96,15 @@ def _row(s: dict, shapes: list, label: str) -> str:
             continue
         cells.append(f"{_fmt(t['median_ms'], '.4g')} ms · {_fmt(t.get('speedup_eager'), '.2f', 'x')} eager · "
                      f"{_fmt(t.get('speedup_compile'), '.2f', 'x')} compile · {_fmt(t.get('pct_copy_bw'), '.0f', '%')} BW"
-                     + (" · host-bound†" if t.get("host_bound") else ""))
+                     + _host_mark(t))
     return "| " + " | ".join(cells) + " |"
+
+
+def _host_mark(t: dict) -> str:
+    """The † of a host-bound figure, with the number of processes whose medians it is the median of."""
+    if not t.get("host_bound"):
+        return ""
+    return " · host-bound†" + (f" ({t['processes']} processes)" if (t.get("processes") or 1) > 1 else "")
 
 
 def render_markdown(board: dict) -> str:
@@ -111,11 +125,14 @@ def render_markdown(board: dict) -> str:
                 out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**"))
             for s in cell["references"]:
                 out.append(_row(s, shapes, f"*{s['name']}* (reference)"))
-            if any(t.get("host_bound") for group in ("ranked", "references") for x in cell[group] for t in x["timings"].values()):
+            timings = [t for group in ("ranked", "references") for x in cell[group] for t in x["timings"].values()]
+            if any(t.get("host_bound") for t in timings):
                 out += ["", f"† host-bound: issuing the call (its launches, or a synchronisation inside it) took at least "
                             f"{HOST_BOUND:.0%} of its", "median, so the figure measures the host CPU as much as the GPU; on the H200 "
                             "machine such figures moved by", "10-40% between processes (`benchmarks/launch_noise.py`). "
                             "Compare them within one run only."]
+                if any((t.get("processes") or 1) > 1 for t in timings if t.get("host_bound")):
+                    out.append("Those marked (N processes) were timed in N fresh processes; the figure is the median of their medians.")
             out.append("")
             if cell["failed"]:
                 out += ["Rejected or failed:", ""]
@@ -130,7 +147,7 @@ def render_markdown(board: dict) -> str:
 
 def regenerate(results_dir: Path) -> dict:
     records, skipped = read_records(results_dir / "runs.jsonl")
-    board = build(records)
+    board = build(records, keep=still_shipped)
     write_atomic(results_dir / "leaderboard.md", render_markdown(board))
     write_atomic(results_dir / "leaderboard.json", json.dumps(board, indent=1, sort_keys=True, default=str) + "\n")
     return {"records": len(records), "skipped_lines": skipped, "problems": sorted(board)}

@@ -71,6 +71,8 @@ def timing_cell(t: dict) -> str:
         parts.append(f"{_num(t['speedup_compile'], '.2f')}x compile")
     if "pct_copy_bw" in t:
         parts.append(f"{_num(t['pct_copy_bw'], '.0f')}% BW")
+    if t.get("processes", 1) > 1:
+        parts.append(f"median of {t['processes']} processes")
     return "\n".join(parts)
 
 

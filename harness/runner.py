@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import math
 import signal
+import statistics
 import time
 import uuid
 from pathlib import Path
@@ -23,7 +24,7 @@ from .problem import Problem, ProblemError
 from .records import append_record, environment
 from .scan import needs_cuda, scan_source
 from .seeds import derive_seed, new_master_seed
-from .timing import copy_bandwidth, escape_bound, matmul_rate
+from .timing import copy_bandwidth, escape_bound, is_host_bound, matmul_rate
 
 # A time that implies more than this multiple of the measured copy bandwidth (or of the bf16 matrix
 # rate) cannot be real: read-only streams reach ~1.03x the copy figure, so 1.25x leaves honest margin.
@@ -54,6 +55,7 @@ class Config:
     shapes: tuple = ()
     profile: bool = True
     memory_budget_bytes: float = 24e9
+    host_bound_processes: int = 5  # fresh processes a host-bound entry is timed in, the first included (1: only that)
 
 
 def timing_shapes(problem: Problem, names: tuple, device: torch.device) -> list:
@@ -74,6 +76,16 @@ class Failure(Exception):
         self.rule, self.reason = rule, reason
 
 
+class ShapeFailure(Failure):
+    """A baseline or another library failed on one shape only (Liger refuses rows over 64K): the
+    shape's entry records it and the target's other shapes still run."""
+
+
+# A worker that crashed, hung or broke its CUDA context can run nothing more: such a failure ends even a
+# baseline's target, whose other shapes would need that worker.
+WORKER_LOST = ("crash", "timeout", "cuda-error")
+
+
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
@@ -85,6 +97,7 @@ class WorkerHandle:
     """One spawned worker process and the request/reply protocol with a timeout per request."""
 
     def __init__(self, spec: dict):
+        self.spec = spec
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=worker.main, args=(child, spec), daemon=True)
@@ -278,68 +291,115 @@ class Run:
             msg = {"cmd": "time", "shape": shape.name, "seed": seed, "budget_s": self.config.budget_s,
                    "min_reps": self.config.min_reps, "keep": self.config.keep, "sets_per_batch": sets}
             try:
-                reply = handle.request(msg, self.config.call_timeout_s + 10 * self.config.budget_s, f"timing {shape.name}")
-            except Failure as failure:
-                if target.kind == "solution" or failure.rule in ("crash", "timeout", "cuda-error"):
-                    raise
+                stats, batch = self._time_in(problem, handle, shape, msg, target)
+                runs = [(stats["median_ms"], batch)]
+                if self.config.host_bound_processes > 1 and is_host_bound(stats["median_ms"], batch):
+                    self.report(f"{target.label}: timing {shape.name} again in {self.config.host_bound_processes - 1} more processes (host-bound)")
+                    runs += self._time_again(problem, handle, shape, msg, target)
+            except ShapeFailure as failure:
                 record["timings"].append({"shape": shape.name, "dtype": shape.dtype, "rule": failure.rule, "error": failure.reason})
                 continue
-            try:
-                for kept in reply["kept"]:
-                    drawn = problem.make_inputs(shape, kept["seed"], self.device)
-                    changed = inputs_unchanged(drawn, kept["inputs"])
-                    if changed:
-                        raise Failure("input-mutated", f"{shape.name}, a timed call: {changed}")
-                    expected = reference_output(problem, shape, drawn, self.device)
-                    verdict = check_output(kept["output"], expected, shape.torch_dtype, problem.tolerance_for(shape.dtype))
-                    del expected, drawn
-                    if not verdict.ok:
-                        rule = "timed-output-wrong" if target.kind == "solution" else verdict.rule
-                        raise Failure(rule, f"{shape.name}: the output of a timed call is wrong: {verdict.reason}")
-                stats, batch = reply["stats"], reply.get("batch")
-            finally:
-                del reply
-                handle.ack()
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
-            entry = self._timing_entry(shape, stats, batch, nbytes, flops, baselines)
+            entry = self._timing_entry(shape, stats, batch, [median for median, _ in runs], nbytes, flops, baselines)
             record["timings"].append(entry)
             if target.kind == "solution":
-                self._physics(shape, entry, batch)
+                for process, (median, process_batch) in enumerate(runs, 1):
+                    self._physics(self._label(shape, process), entry, median, process_batch)
 
-    def _timing_entry(self, shape, stats, batch, nbytes, flops, baselines) -> dict:
-        seconds = stats["median_ms"] / 1e3
-        entry = {"shape": shape.name, "dtype": shape.dtype, **{k: stats[k] for k in ("median_ms", "mean_ms", "std_ms", "min_ms", "max_ms", "reps", "se_pct", "timer", "budget_hit")},
+    def _label(self, shape, process: int) -> str:
+        """The shape's name, and for an extra process which one, for progress lines and reasons."""
+        return shape.name if process == 1 else f"{shape.name} in process {process} of {self.config.host_bound_processes}"
+
+    def _time_in(self, problem: Problem, handle: WorkerHandle, shape, msg: dict, target: Target, process: int = 1) -> tuple:
+        """Times `shape` in `handle` and checks the outputs of the timed calls the worker kept, the same
+        way in the first process and in every extra one. Returns (stats, batch)."""
+        label = self._label(shape, process)
+        try:
+            reply = handle.request(msg, self.config.call_timeout_s + 10 * self.config.budget_s, f"timing {label}")
+        except Failure as failure:
+            if target.kind == "solution" or failure.rule in WORKER_LOST:
+                raise
+            raise ShapeFailure(failure.rule, failure.reason) from None
+        try:
+            for kept in reply["kept"]:
+                drawn = problem.make_inputs(shape, kept["seed"], self.device)
+                changed = inputs_unchanged(drawn, kept["inputs"])
+                if changed:
+                    raise Failure("input-mutated", f"{label}, a timed call: {changed}")
+                expected = reference_output(problem, shape, drawn, self.device)
+                verdict = check_output(kept["output"], expected, shape.torch_dtype, problem.tolerance_for(shape.dtype))
+                del expected, drawn
+                if not verdict.ok:
+                    rule = "timed-output-wrong" if target.kind == "solution" else verdict.rule
+                    raise Failure(rule, f"{label}: the output of a timed call is wrong: {verdict.reason}")
+            return reply["stats"], reply.get("batch")
+        finally:
+            del reply
+            handle.ack()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def _time_again(self, problem: Problem, handle: WorkerHandle, shape, msg: dict, target: Target) -> list:
+        """(median, batch) of the same request (same seed, so the same inputs) in fresh workers, one
+        after another: a host-bound figure moves more between processes than within one. Timing only:
+        the first worker already ran the correctness trials and the profile. Any failure there is a
+        solution's failure; for a baseline or another library it ends only this shape."""
+        runs = []
+        for process in range(2, self.config.host_bound_processes + 1):
+            extra = WorkerHandle(handle.spec)
+            try:
+                extra.request({"cmd": "load"}, self.config.build_timeout_s, f"loading for {self._label(shape, process)}")
+                stats, batch = self._time_in(problem, extra, shape, msg, target, process)
+                runs.append((stats["median_ms"], batch))
+            except Failure as failure:
+                if target.kind == "solution":
+                    raise
+                raise ShapeFailure(failure.rule, failure.reason) from None
+            finally:
+                extra.close()
+        return runs
+
+    def _timing_entry(self, shape, stats, batch, medians: list, nbytes, flops, baselines) -> dict:
+        """The shape's entry. `medians` has one median per process timed, the first process's first;
+        with several, the entry's median is the median of theirs (rates and speedups follow it) and its
+        other statistics stay the first process's."""
+        median = statistics.median(medians)
+        seconds = median / 1e3
+        entry = {"shape": shape.name, "dtype": shape.dtype, "median_ms": median, **{k: stats[k] for k in ("mean_ms", "std_ms", "min_ms", "max_ms", "reps", "se_pct", "timer", "budget_hit")},
                  "bytes": nbytes, "flops": flops, "GBps": nbytes / seconds / 1e9 if seconds > 0 else math.inf,
                  "TFLOPs": flops / seconds / 1e12 if seconds > 0 else math.inf, "batch": batch}
+        if len(medians) > 1:
+            entry.update(median_of="processes", processes=len(medians), process_medians_ms=list(medians))
         if self.copy_bw:
             entry["pct_copy_bw"] = 100.0 * nbytes / seconds / self.copy_bw if seconds > 0 else math.inf
         for kind in ("eager", "compile"):
             base = baselines.get(shape.name, {}).get(kind)
-            if base and stats["median_ms"] > 0:
-                entry[f"speedup_{kind}"] = base / stats["median_ms"]
+            if base and median > 0:
+                entry[f"speedup_{kind}"] = base / median
         return entry
 
-    def _physics(self, shape, entry: dict, batch: dict | None):
+    def _physics(self, label: str, entry: dict, median_ms: float, batch: dict | None):
+        """One process's median against the physical floor, and its batch against that median (the
+        escape check). Every process is checked, so the entry's median, never below the smallest of
+        them, is checked too."""
         if self.device.type != "cuda":
             return
-        seconds = entry["median_ms"] / 1e3
+        seconds = median_ms / 1e3
         floor_bytes = entry["bytes"] / (PHYSICS_MARGIN * self.copy_bw)
         floor_flops = entry["flops"] / (PHYSICS_MARGIN * self.matmul_rate) if self.matmul_rate else 0.0
         floor = max(floor_bytes, floor_flops)
         if seconds < floor:
             which = "bytes at the measured copy bandwidth" if floor_bytes >= floor_flops else "flops at the measured bf16 matrix rate"
-            raise Failure("impossible-time", f"{shape.name}: median {entry['median_ms'] * 1e3:.1f} us is below the physical floor of "
+            raise Failure("impossible-time", f"{label}: median {median_ms * 1e3:.1f} us is below the physical floor of "
                                              f"{floor * 1e6:.1f} us ({which}, with {PHYSICS_MARGIN}x margin)")
         if batch:
             host, launch = batch["wall_ms_per_call"], batch["launch_ms_per_call"]
             tries = f" (fastest of {batch['batches']} batches)" if batch.get("batches", 1) > 1 else ""
-            if host > escape_bound(entry["median_ms"], launch):
-                raise Failure("escaped-timing", f"{shape.name}: a device-synchronised batch took {host * 1e3:.1f} us per call{tries} but the "
-                                                f"timing events saw {entry['median_ms'] * 1e3:.1f} us: work escaped the events (another stream or thread?)")
+            if host > escape_bound(median_ms, launch):
+                raise Failure("escaped-timing", f"{label}: a device-synchronised batch took {host * 1e3:.1f} us per call{tries} but the "
+                                                f"timing events saw {median_ms * 1e3:.1f} us: work escaped the events (another stream or thread?)")
             seen = batch.get("events_ms_per_call")
             if seen is not None and host > escape_bound(seen, launch):
-                raise Failure("escaped-timing", f"{shape.name}: a device-synchronised batch took {host * 1e3:.1f} us per call but its own "
+                raise Failure("escaped-timing", f"{label}: a device-synchronised batch took {host * 1e3:.1f} us per call but its own "
                                                 f"events on the current stream saw {seen * 1e3:.1f} us: work ran on another stream")
 
 

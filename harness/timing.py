@@ -9,6 +9,9 @@ Launch-bound calls (many small kernels) are timed as do_bench times them, host l
 their figure depends on the host: a timed warm-up of the same flush-and-call pattern comes first (the
 CPU's clocks and caches settle), and Python's garbage collector is paused while the calls are timed
 (as `timeit` does), so that a collection pass does not land in some runs' samples and not in others'.
+Each batch on a GPU starts with a short device-side wait, so that the host queues the batch's first calls
+while the device is still busy and a call the host issues faster than the device runs it is timed on the
+device alone.
 
 The functions below are bound at import, before any solution code runs, and keep their own references
 to the clock and event methods, so a solution that patches torch or time cannot change what they read.
@@ -30,6 +33,12 @@ _elapsed_time = torch.cuda.Event.elapsed_time
 _event_record = torch.cuda.Event.record
 _event_synchronize = torch.cuda.Event.synchronize
 _cuda_synchronize = torch.cuda.synchronize
+_device_sleep = getattr(torch.cuda, "_sleep", None)
+
+# Cycles the device spins at the start of each timed batch (~0.1 ms at H200 clocks): the device is idle
+# after the batch's synchronise, so without this wait the first call of every batch would pay the host's
+# launch latency whenever issuing it takes longer than the L2 flush before it takes on the device.
+BATCH_START_WAIT_CYCLES = 200_000
 
 
 @dataclasses.dataclass
@@ -142,6 +151,8 @@ def _timed_batches(fn, draw_set, device, flush, budget_s, min_reps, max_reps, se
         _sync(device)
         if is_cuda:
             events = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in batch]
+            if _device_sleep is not None:
+                _device_sleep(BATCH_START_WAIT_CYCLES)
             outputs = []
             for inputs, (begin, end) in zip(batch, events):
                 flush()
@@ -183,6 +194,17 @@ ESCAPE_SLACK_MS = 0.1
 def escape_bound(events_ms: float, launch_ms: float) -> float:
     """The most a device-synchronised call may take when all of its work was inside the events."""
     return ESCAPE_FACTOR * max(events_ms, launch_ms) + ESCAPE_SLACK_MS
+
+
+HOST_BOUND = 0.8  # host time to issue a call / its median, at or above which the figure is the host's
+
+
+def is_host_bound(median_ms: float | None, batch: dict | None) -> bool:
+    """The host batch check says issuing the call (launches, or a synchronisation inside it) took most
+    of its measured time: the figure then measures the host CPU as much as the GPU, and moves between
+    processes and machines."""
+    launch = (batch or {}).get("launch_ms_per_call")
+    return bool(launch and median_ms and launch >= HOST_BOUND * median_ms)
 
 
 def host_batch_check(fn, input_sets: list, device, calls: int = 20, batches: int = 2, expected_ms: float | None = None,

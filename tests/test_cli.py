@@ -76,3 +76,11 @@ def test_broken_solutions_beside_a_good_one_on_cpu(tmp_path):
     assert records["compile_error_cpp"]["rule"] == "compile-error" and "undeclared" in records["compile_error_cpp"]["reason"]
     board = (tmp_path / "leaderboard.md").read_text()
     assert "1. honest_softmax_torch.py" in board and "**crash**" in board and "**timeout**" in board and "**compile-error**" in board
+
+
+def test_host_bound_processes_flag():
+    from harness.cli import _parser
+
+    assert _parser().parse_args(["eval"]).host_bound_processes == 5
+    assert _parser().parse_args(["eval", "--host-bound-processes", "1"]).host_bound_processes == 1
+    assert "median of their medians" in _harness("eval", "--help").stdout

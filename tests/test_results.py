@@ -9,7 +9,7 @@ from harness.records import append_record, read_records
 def _record(name, kind="solution", status="ok", medians=(1.0, 2.0), eager=(2.0, 2.0), date="2026-11-30T10:00:00+00:00", **extra):
     timings = [{"shape": f"s{i}", "median_ms": m, "speedup_eager": e / m, "speedup_compile": 1.0, "pct_copy_bw": 80.0}
                for i, (m, e) in enumerate(zip(medians, eager))] if status == "ok" else []
-    return {"run_id": "r1", "seed": 1, "problem": "softmax", "kind": kind, "name": name, "path": f"solutions/softmax/{name}.py" if kind == "solution" else None,
+    return {"run_id": "r1", "seed": 1, "problem": "softmax", "kind": kind, "name": name, "path": f"/elsewhere/solutions/softmax/{name}.py" if kind == "solution" else None,
             "status": status, "rule": extra.get("rule", ""), "reason": extra.get("reason", ""), "checks": [], "timings": timings,
             "warnings": [], "profile": None, "device": "NVIDIA H200", "env": {"date": date, "torch": "2.11.0", "harness_commit": "abc"}}
 
@@ -59,6 +59,17 @@ def test_leaderboard_ranks_by_geomean_and_lists_failures(tmp_path):
     assert [s["name"] for s in ranked] == ["fast", "slow"] and abs(ranked[0]["geomean_speedup_eager"] - 2.0) < 1e-9
 
 
+def test_a_solution_removed_from_the_repository_drops_off_the_board(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    shipped, removed = _record("simple", medians=(1.5, 1.5)), _record("retired_v0", medians=(1.0, 1.0))
+    shipped["path"], removed["path"] = "solutions/softmax/simple.py", "solutions/softmax/retired_v0.py"
+    for record in (_record("eager", kind="eager", medians=(2.0, 2.0)), shipped, removed):
+        append_record(record, path)
+    summary = leaderboard.regenerate(tmp_path)
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert summary["records"] == 3 and "1. simple.py" in text and "retired_v0" not in text
+
+
 def test_leaderboard_keeps_only_the_latest_record_of_a_solution(tmp_path):
     path = tmp_path / "runs.jsonl"
     append_record(_record("fast", medians=(1.0, 1.0), date="2026-11-29T10:00:00+00:00"), path)
@@ -92,3 +103,28 @@ def test_a_host_bound_figure_is_marked_and_explained(tmp_path):
     board = json.loads((tmp_path / "leaderboard.json").read_text())
     timings = board["softmax"]["NVIDIA H200"]["references"][0]["timings"]
     assert timings["s0"]["host_bound"] is True and timings["s1"]["host_bound"] is False
+
+
+def test_a_figure_from_several_processes_says_so(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    eager = _record("eager", kind="eager", medians=(3.0, 2.0))
+    # The batch ran in the first process: 1.9 ms of launches is host-bound against its 2.0 ms median,
+    # though not against the 3.0 ms median of the three processes.
+    eager["timings"][0].update(batch={"calls": 20, "launch_ms_per_call": 1.9, "wall_ms_per_call": 2.0}, processes=3,
+                               process_medians_ms=[2.0, 3.0, 3.1], median_of="processes")
+    append_record(eager, path)
+    leaderboard.regenerate(tmp_path)
+    text = (tmp_path / "leaderboard.md").read_text()
+    row = next(line for line in text.splitlines() if "*eager*" in line)
+    assert "3 ms · 0.67x eager · 1.00x compile · 80% BW · host-bound† (3 processes) |" in row
+    assert "Those marked (N processes) were timed in N fresh processes; the figure is the median of their medians." in text
+    board = json.loads((tmp_path / "leaderboard.json").read_text())
+    timings = board["softmax"]["NVIDIA H200"]["references"][0]["timings"]
+    assert timings["s0"]["processes"] == 3 and timings["s0"]["host_bound"] is True and timings["s1"]["processes"] is None
+
+
+def test_the_terminal_table_says_when_a_figure_is_a_median_of_processes():
+    from harness.report import timing_cell
+
+    assert timing_cell({"median_ms": 0.25, "processes": 5}).splitlines() == ["0.25 ms", "median of 5 processes"]
+    assert timing_cell({"median_ms": 0.25}) == "0.25 ms"

@@ -1,4 +1,5 @@
-"""The timer's own logic, on the CPU: warm-up, the garbage collector, and the escape cross-check's retries."""
+"""The timer's own logic, on the CPU: warm-up, the garbage collector, the device wait that starts each GPU
+batch, what counts as host-bound, and the escape cross-check's retries."""
 import gc
 import time
 
@@ -56,3 +57,38 @@ def test_escape_check_retries_a_slow_moment_but_not_a_slow_solution(monkeypatch)
 
     batch = timing.host_batch_check(call_queuing(lambda n: 0.0), [[1]], CPU, expected_ms=None)
     assert batch["batches"] == 2
+
+
+def test_host_bound_means_issuing_the_call_took_most_of_its_median():
+    assert timing.is_host_bound(1.0, {"launch_ms_per_call": 0.8})
+    assert not timing.is_host_bound(1.0, {"launch_ms_per_call": 0.79})
+    assert not timing.is_host_bound(1.0, None)  # the CPU has no batch check
+    assert not timing.is_host_bound(None, {"launch_ms_per_call": 0.8})
+
+
+def _gpu_batches_log(monkeypatch, with_sleep: bool) -> list:
+    """What the CUDA path of _timed_batches enqueues, in order, over two batches of four calls (events emulated)."""
+    log = []
+    monkeypatch.setattr(timing, "_Event", lambda enable_timing: object())
+    monkeypatch.setattr(timing, "_event_record", lambda event: None)
+    monkeypatch.setattr(timing, "_event_synchronize", lambda event: None)
+    monkeypatch.setattr(timing, "_elapsed_time", lambda begin, end: 1.0)
+    monkeypatch.setattr(timing, "_device_sleep", (lambda cycles: log.append(f"wait {cycles}")) if with_sleep else None)
+    stats = timing._timed_batches(lambda x: log.append("call") or x, lambda k: [k], CPU, lambda: log.append("flush"),
+                                  budget_s=1.0, min_reps=8, max_reps=100, sets_per_batch=4, target_se_pct=1.0, on_output=None)
+    assert stats.reps == 8 and stats.timer == "cuda-events" and stats.median_ms == 1.0
+    return log
+
+
+def test_each_gpu_batch_starts_with_a_device_wait_before_its_first_flush(monkeypatch):
+    wait = f"wait {timing.BATCH_START_WAIT_CYCLES}"
+    assert _gpu_batches_log(monkeypatch, with_sleep=True) == 2 * ([wait] + 4 * ["flush", "call"])
+    # A torch without torch.cuda._sleep: no wait, and the timing still works.
+    assert _gpu_batches_log(monkeypatch, with_sleep=False) == 2 * (4 * ["flush", "call"])
+
+
+def test_no_device_wait_on_the_cpu(monkeypatch):
+    waits = []
+    monkeypatch.setattr(timing, "_device_sleep", waits.append)
+    stats = timing.time_calls(lambda x: x + 1, lambda k: [torch.ones(4)], CPU, budget_s=0.05, min_reps=10, warmup_s=0.01)
+    assert not waits and stats.reps >= 10 and stats.timer == "wall-clock"

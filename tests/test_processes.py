@@ -1,0 +1,129 @@
+"""A host-bound entry is timed again in fresh worker processes and its figure is the median of their
+medians; every process's figure is checked as the first one's is."""
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import evaluate, write_solution
+from harness import runner
+from harness.problem import find_problem
+from harness.runner import Config, Failure, Run, Target
+
+CPU = torch.device("cpu")
+HONEST = Path(__file__).parent / "adversarial" / "honest_softmax_torch.py"
+
+
+class ScriptedWorker:
+    """Stands in for WorkerHandle: each "time" request gets the next reply of the script in its spec,
+    which every process of the target shares (a Failure in the script is raised instead)."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+
+    def request(self, msg, timeout, phase):
+        if msg["cmd"] == "load":
+            return {}
+        reply = self.spec["replies"].pop(0)
+        if isinstance(reply, Failure):
+            raise reply
+        return reply
+
+    def ack(self):
+        pass
+
+    def close(self):
+        self.spec["closed"] += 1
+
+
+def _reply(median_ms, launch_ms=None, wall_ms=None):
+    """A worker's timing reply; by default host-bound (launching took the whole median) and honest."""
+    launch_ms = median_ms if launch_ms is None else launch_ms
+    stats = {"median_ms": median_ms, "mean_ms": median_ms, "std_ms": 0.0, "min_ms": median_ms, "max_ms": median_ms,
+             "reps": 10, "se_pct": 0.1, "timer": "cuda-events", "budget_hit": False}
+    batch = {"calls": 20, "launch_ms_per_call": launch_ms, "wall_ms_per_call": wall_ms or 1.05 * median_ms, "batches": 2}
+    return {"status": "ok", "stats": stats, "batch": batch, "kept": []}
+
+
+def _time_scripted(tmp_path, monkeypatch, replies, kind="solution", baselines=None):
+    """Run._time with scripted workers, the CUDA checks on (nothing runs on a device): (record, spec)."""
+    monkeypatch.setattr(runner, "WorkerHandle", ScriptedWorker)
+    run = Run(CPU, tmp_path / "runs.jsonl", Config(shapes=("one_row",), host_bound_processes=3))
+    run.device, run.copy_bw, run.matmul_rate = torch.device("cuda"), 4e12, 0.0
+    spec, record = {"replies": list(replies), "closed": 0}, {"timings": []}
+    run._time(find_problem("softmax"), ScriptedWorker(spec), record, Target(kind, kind), baselines or {})
+    return record, spec
+
+
+def test_a_host_bound_entry_takes_the_median_of_the_process_medians(tmp_path, monkeypatch):
+    record, spec = _time_scripted(tmp_path, monkeypatch, [_reply(0.20), _reply(0.26), _reply(0.22)],
+                                  baselines={"one_row": {"eager": 0.44}})
+    entry = record["timings"][0]
+    assert entry["process_medians_ms"] == [0.20, 0.26, 0.22] and entry["processes"] == 3 and entry["median_of"] == "processes"
+    assert entry["median_ms"] == 0.22 and entry["speedup_eager"] == pytest.approx(2.0)
+    assert entry["GBps"] == pytest.approx(entry["bytes"] / 0.22e-3 / 1e9)
+    assert entry["pct_copy_bw"] == pytest.approx(100 * entry["bytes"] / 0.22e-3 / 4e12)
+    assert entry["mean_ms"] == 0.20 and entry["batch"]["launch_ms_per_call"] == 0.20  # the first process's
+    assert spec["closed"] == 2  # both extra workers closed
+
+
+def test_an_entry_that_is_not_host_bound_is_timed_once(tmp_path, monkeypatch):
+    record, spec = _time_scripted(tmp_path, monkeypatch, [_reply(0.20, launch_ms=0.05), _reply(0.26)])
+    entry = record["timings"][0]
+    assert entry["median_ms"] == 0.20 and "processes" not in entry and "median_of" not in entry
+    assert len(spec["replies"]) == 1 and spec["closed"] == 0
+
+
+@pytest.mark.parametrize("extra, rule, words", [
+    (_reply(0.20, wall_ms=1.0), "escaped-timing", "one_row in process 2 of 3: a device-synchronised batch took 1000.0 us"),
+    (_reply(1e-6), "impossible-time", "one_row in process 2 of 3: median 0.0 us is below the physical floor"),
+])
+def test_every_process_figure_is_checked_as_the_first_is(tmp_path, monkeypatch, extra, rule, words):
+    with pytest.raises(Failure) as caught:
+        _time_scripted(tmp_path, monkeypatch, [_reply(0.20), extra, _reply(0.22)])
+    assert caught.value.rule == rule and words in caught.value.reason
+
+
+def test_a_failed_extra_process_fails_a_solution_but_only_the_shape_of_a_baseline(tmp_path, monkeypatch):
+    crash = Failure("crash", "worker died (SIGSEGV) while timing one_row in process 3 of 3")
+    with pytest.raises(Failure) as caught:
+        _time_scripted(tmp_path, monkeypatch, [_reply(0.20), _reply(0.21), crash])
+    assert caught.value.rule == "crash"
+    record, spec = _time_scripted(tmp_path, monkeypatch, [_reply(0.20), _reply(0.21), crash], kind="eager")
+    assert record["timings"] == [{"shape": "one_row", "dtype": "float32", "rule": "crash", "error": crash.reason}]
+    assert spec["closed"] == 2
+
+
+def test_real_extra_processes_on_the_cpu(tmp_path, monkeypatch):
+    """End to end: real workers; host-bound forced (the CPU worker has no batch check)."""
+    monkeypatch.setattr(runner, "is_host_bound", lambda median_ms, batch: True)
+    lines = []
+    record = evaluate("softmax", HONEST, tmp_path, shapes=("one_row",), budget=0.05, host_bound_processes=3,
+                      reporter=lambda message="", record=None: lines.append(message))
+    assert record["status"] == "ok", record["reason"]
+    entry = record["timings"][0]
+    assert entry["processes"] == 3 and len(entry["process_medians_ms"]) == 3
+    assert entry["median_ms"] == statistics.median(entry["process_medians_ms"]) > 0
+    assert any(line.endswith("honest_softmax_torch.py: timing one_row again in 2 more processes (host-bound)") for line in lines)
+
+
+def test_a_wrong_output_in_a_real_extra_process_is_caught(tmp_path, monkeypatch):
+    """The solution computes honestly in the first process only (a marker file tells it it ran before)."""
+    monkeypatch.setattr(runner, "is_host_bound", lambda median_ms, batch: True)
+    source = """
+import pathlib
+import torch
+_MARK = pathlib.Path(__file__).with_suffix(".ran")
+_AGAIN = _MARK.exists()
+_MARK.touch()
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        if _AGAIN:
+            return torch.zeros_like(x)
+        e = (x.float() - x.float().amax(-1, keepdim=True)).exp()
+        return (e / e.sum(-1, keepdim=True)).to(x.dtype)
+"""
+    record = evaluate("softmax", write_solution(tmp_path, source), tmp_path, shapes=("one_row",), budget=0.05, host_bound_processes=3)
+    assert record["status"] == "failed" and record["rule"] == "timed-output-wrong"
+    assert record["reason"].startswith("one_row in process 2 of 3: the output of a timed call is wrong")
