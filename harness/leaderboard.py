@@ -129,8 +129,8 @@ def render_markdown(board: dict) -> str:
             if any(t.get("host_bound") for t in timings):
                 out += ["", f"† host-bound: issuing the call (its launches, or a synchronisation inside it) took at least "
                             f"{HOST_BOUND:.0%} of its", "median, so the figure measures the host CPU as much as the GPU; on the H200 "
-                            "machine such figures moved by", "10-40% between processes (`benchmarks/launch_noise.py`). "
-                            "Compare them within one run only."]
+                            "machine such figures moved by", "10-40% between processes and up to 25% between runs, even as medians "
+                            "over processes (`docs/perf-notes.md`).", "Compare them within one run only."]
                 if any((t.get("processes") or 1) > 1 for t in timings if t.get("host_bound")):
                     out.append("Those marked (N processes) were timed in N fresh processes; the figure is the median of their medians.")
             out.append("")
