@@ -54,7 +54,8 @@ def timed(fn, inputs: list, reps: int) -> float:
 
 
 def report(label: str, ms: float, nbytes: float):
-    print(f"{label:48s} {ms:8.4f} ms  {nbytes / ms / 1e9:7.0f} GB/s  {100 * nbytes / ms / 1e9 / (COPY_BW / 1e9):5.1f}% of 4.24 TB/s", flush=True)
+    rate = nbytes / (ms * 1e-3)  # bytes per second
+    print(f"{label:48s} {ms:8.4f} ms  {rate / 1e12:5.2f} TB/s  {100 * rate / COPY_BW:5.1f}% of 4.24 TB/s", flush=True)
 
 
 def main():
