@@ -1,4 +1,4 @@
-# make setup | make eval PROBLEM=softmax [SOLUTION=solutions/softmax/x.py] | make test | make leaderboard
+# make setup | make eval PROBLEM=softmax [SOLUTION=solutions/softmax/x.py] | make test | make leaderboard | make compare PROBLEM=softmax
 # PYTHON=python3 runs everything under a python that already has torch, ninja, pyyaml, rich (and pytest).
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 PROBLEM ?=
@@ -6,7 +6,7 @@ SOLUTION ?=
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup eval test leaderboard selfcheck list
+.PHONY: setup eval test leaderboard compare selfcheck list
 
 setup:
 	python3 -m venv .venv
@@ -21,6 +21,9 @@ test:
 
 leaderboard:
 	$(PYTHON) -m harness leaderboard
+
+compare:
+	$(PYTHON) -m harness compare --problem $(PROBLEM) $(ARGS)
 
 selfcheck:
 	$(PYTHON) -m harness selfcheck $(PROBLEM)

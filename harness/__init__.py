@@ -13,6 +13,7 @@ Modules, one job each:
   scan         static warnings about suspicious solution code
   records      results/runs.jsonl (atomic appends) and the environment stamp
   leaderboard  results/leaderboard.md and .json from runs.jsonl
+  compare      two runs' medians entry by entry (is a timing repeatable?)
   report       the terminal tables
   cli          `python -m harness ...`
 """

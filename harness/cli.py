@@ -1,4 +1,4 @@
-"""`python -m harness COMMAND`: eval, leaderboard, selfcheck, list."""
+"""`python -m harness COMMAND`: eval, leaderboard, compare, selfcheck, build, list."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,8 @@ import torch
 
 from . import leaderboard
 from .problem import PROBLEMS_DIR, REPO_ROOT, SOLUTIONS_DIR, ProblemError, available_problems, discover_solutions, find_problem
-from .records import RESULTS_DIR
+from .compare import TOLERANCE_PCT, CompareError, compare_runs, describe, outside, render, resolve_runs
+from .records import RESULTS_DIR, read_records
 from .report import Reporter
 
 
@@ -39,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
 
     lb = sub.add_parser("leaderboard", help="regenerate results/leaderboard.md and .json from runs.jsonl")
     lb.add_argument("--results", type=Path, default=RESULTS_DIR)
+
+    cp = sub.add_parser("compare", help="compare two runs' medians entry by entry (are the timings repeatable?)")
+    cp.add_argument("runs", nargs="*", help="two run ids or unique prefixes (default: the last two runs of --problem)")
+    cp.add_argument("--problem", help="compare this problem's last two timed runs")
+    cp.add_argument("--tolerance", type=float, default=TOLERANCE_PCT, help="largest change allowed, in percent")
+    cp.add_argument("--device-bound-only", action="store_true", help="do not count host-bound entries in the verdict")
+    cp.add_argument("--results", type=Path, default=RESULTS_DIR)
 
     sc = sub.add_parser("selfcheck", help="show that each problem's tolerances reject zeros, constants and wrong inputs")
     sc.add_argument("problems", nargs="*")
@@ -139,6 +147,16 @@ def cmd_eval(args) -> int:
     return 1 if named_failed else 0
 
 
+def cmd_compare(args) -> int:
+    """Exit 0 when every compared entry is within the tolerance, 1 otherwise."""
+    records, _ = read_records(args.results / "runs.jsonl")
+    first, second = resolve_runs(records, args.runs, args.problem)
+    rows = compare_runs(records, first, second)
+    count = not args.device_bound_only
+    print(render(rows, first, second, args.tolerance, count, header=(describe(records, first), describe(records, second))))
+    return 1 if outside(rows, args.tolerance, count) else 0
+
+
 def cmd_selfcheck(args) -> int:
     from .correctness import self_check
 
@@ -185,12 +203,14 @@ def main(argv=None) -> int:
             print(f"wrote {args.results / 'leaderboard.md'} and leaderboard.json from {summary['records']} records"
                   + (f" ({summary['skipped_lines']} unreadable lines skipped)" if summary["skipped_lines"] else ""))
             return 0
+        if args.command == "compare":
+            return cmd_compare(args)
         if args.command == "selfcheck":
             return cmd_selfcheck(args)
         if args.command == "build":
             return cmd_build(args)
         return cmd_list(args)
-    except ProblemError as error:
+    except (ProblemError, CompareError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
