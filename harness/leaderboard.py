@@ -57,7 +57,7 @@ def build(records: list, keep=lambda path: True) -> dict:
         summary = {
             "name": r["name"], "path": r.get("path"), "kind": kind, "status": r["status"], "rule": r.get("rule", ""),
             "reason": r.get("reason", ""), "date": r["env"]["date"], "torch": r["env"]["torch"], "run_id": r["run_id"],
-            "commit": r["env"].get("harness_commit"), "sha256": r.get("sha256"),
+            "commit": r["env"].get("harness_commit"), "harness_sha": r["env"].get("harness_sha"), "sha256": r.get("sha256"),
             "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "processes", "rule", "error")}
                         | {"host_bound": _host_bound(t)} for t in r["timings"]},
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
@@ -118,7 +118,10 @@ def render_markdown(board: dict) -> str:
             shapes = cell["shapes"]
             dates = sorted({s["date"][:10] for group in ("ranked", "references") for s in cell[group]})
             torches = sorted({s["torch"] for group in ("ranked", "references") for s in cell[group]})
-            out += [f"## {problem} on {device}", "", f"Measured {', '.join(dates) or '-'}; torch {', '.join(torches) or '-'}.", ""]
+            # The hash of the harness sources names the code that timed them (a git commit can be stale on a copied tree).
+            harnesses = sorted({s["harness_sha"] for group in ("ranked", "references") for s in cell[group] if s.get("harness_sha")})
+            out += [f"## {problem} on {device}", "", f"Measured {', '.join(dates) or '-'}; torch {', '.join(torches) or '-'}"
+                    + (f"; harness sources {', '.join(harnesses)}" if harnesses else "") + ".", ""]
             out.append("| solution | geomean vs eager | " + " | ".join(shapes) + " |")
             out.append("|" + "---|" * (len(shapes) + 2))
             for s in cell["ranked"]:

@@ -11,7 +11,7 @@ def _record(name, kind="solution", status="ok", medians=(1.0, 2.0), eager=(2.0, 
                for i, (m, e) in enumerate(zip(medians, eager))] if status == "ok" else []
     return {"run_id": "r1", "seed": 1, "problem": "softmax", "kind": kind, "name": name, "path": f"/elsewhere/solutions/softmax/{name}.py" if kind == "solution" else None,
             "status": status, "rule": extra.get("rule", ""), "reason": extra.get("reason", ""), "checks": [], "timings": timings,
-            "warnings": [], "profile": None, "device": "NVIDIA H200", "env": {"date": date, "torch": "2.11.0", "harness_commit": "abc"}}
+            "warnings": [], "profile": None, "device": "NVIDIA H200", "env": {"date": date, "torch": "2.11.0", "harness_commit": "abc", "harness_sha": "f00d"}}
 
 
 def _append_many(path, start):
@@ -52,7 +52,7 @@ def test_leaderboard_ranks_by_geomean_and_lists_failures(tmp_path):
     assert summary["records"] == 4
     text = (tmp_path / "leaderboard.md").read_text()
     assert text.index("1. fast.py") < text.index("2. slow.py")
-    assert "*eager* (reference)" in text
+    assert "*eager* (reference)" in text and "Measured 2026-11-30; torch 2.11.0; harness sources f00d." in text
     assert "**impossible-time**: s0: median below the floor" in text
     board = json.loads((tmp_path / "leaderboard.json").read_text())
     ranked = board["softmax"]["NVIDIA H200"]["ranked"]
