@@ -29,6 +29,7 @@ class Row:
     second_ms: float
     host_bound: bool
     same_code: bool = True
+    probe_change_pct: float | None = None  # change of the host's issue time (timing.host_issue_probe)
 
     @property
     def change_pct(self) -> float:
@@ -78,7 +79,7 @@ def describe(records: list, run: str) -> str:
 
 
 def _entries(records: list, run: str) -> dict:
-    """{(problem, target, shape): (median_ms, host_bound, sha256)} of one run's timed entries."""
+    """{(problem, target, shape): (median_ms, host_bound, sha256, host_probe_us)} of one run's timed entries."""
     out = {}
     for r in records:
         if r["run_id"] != run:
@@ -87,7 +88,8 @@ def _entries(records: list, run: str) -> dict:
         for t in r.get("timings", []):
             if t.get("median_ms"):
                 first = (t.get("process_medians_ms") or [t["median_ms"]])[0]
-                out[(r["problem"], target, t["shape"])] = (t["median_ms"], is_host_bound(first, t.get("batch")), r.get("sha256"))
+                out[(r["problem"], target, t["shape"])] = (t["median_ms"], is_host_bound(first, t.get("batch")), r.get("sha256"),
+                                                           t.get("host_probe_us"))
     return out
 
 
@@ -97,7 +99,11 @@ def compare_runs(records: list, first: str, second: str) -> list:
     common = [key for key in a if key in b]
     if not common:
         raise CompareError(f"runs {first} and {second} have no timed entry in common")
-    return [Row(*key, a[key][0], b[key][0], a[key][1] or b[key][1], a[key][2] == b[key][2]) for key in common]
+    def probe_change(pa, pb):
+        return 100.0 * (pb / pa - 1.0) if pa and pb else None
+
+    return [Row(*key, a[key][0], b[key][0], a[key][1] or b[key][1], a[key][2] == b[key][2], probe_change(a[key][3], b[key][3]))
+            for key in common]
 
 
 def outside(rows: list, tolerance_pct: float = TOLERANCE_PCT, count_host_bound: bool = True) -> list:
@@ -114,6 +120,8 @@ def render(rows: list, first: str, second: str, tolerance_pct: float = TOLERANCE
     lines = list(header) + [f"{'target':{width}s}  {'shape':20s}  {first[:12]:>12s}  {second[:12]:>12s}  change"]
     for row in sorted(rows, key=lambda r: (r.problem, r.shape, r.target)):
         marks = ("  host-bound" if row.host_bound else "") + ("" if row.same_code else "  file changed (not judged)")
+        if row.host_bound and row.probe_change_pct is not None:
+            marks += f" (host issue time {row.probe_change_pct:+.0f}%)"
         marks += "  <-- outside" if row in bad else ""
         lines.append(f"{row.target:{width}s}  {row.shape:20s}  {row.first_ms:9.4f} ms  {row.second_ms:9.4f} ms  "
                      f"{row.change_pct:+6.1f}%{marks}")

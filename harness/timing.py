@@ -207,6 +207,22 @@ def is_host_bound(median_ms: float | None, batch: dict | None) -> bool:
     return bool(launch and median_ms and launch >= HOST_BOUND * median_ms)
 
 
+def host_issue_probe(device, calls: int = 200, repeats: int = 5) -> float:
+    """Microseconds the host takes right now to issue one tiny operation (a kernel launch on a GPU):
+    the host's speed for launch-bound work. Recorded beside each timing, so that a host-bound figure that
+    moved between runs can be told apart from a host that got faster or slower."""
+    x = torch.zeros(1, device=device)
+    per_call = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = _perf_counter()
+        for _ in range(calls):
+            x.add_(1.0)
+        per_call.append((_perf_counter() - t0) / calls * 1e6)
+    _sync(device)
+    return statistics.median(per_call)
+
+
 def host_batch_check(fn, input_sets: list, device, calls: int = 20, batches: int = 2, expected_ms: float | None = None,
                      max_batches: int = 6) -> dict:
     """A device-wide cross-check of the events: the host clock over a batch of calls that ends in a

@@ -23,7 +23,7 @@ import torch.multiprocessing  # noqa: F401 - registers the tensor-sharing reduct
 from . import build, integrity, problem as problem_module, profiling, timing
 from .integrity import AtenOpRecorder, TamperGuard, ThreadWatch, poison_freed
 from .problem import load_module, load_problem
-from .timing import host_batch_check, time_calls
+from .timing import host_batch_check, host_issue_probe, time_calls
 
 
 class Rejected(Exception):
@@ -175,6 +175,7 @@ class Worker:
             last_batch.append(item)
 
         warm = draw(-1)  # drawn once: the warm-up and the host batch check both use it
+        probe_us = host_issue_probe(self.device)
         with torch.no_grad():
             stats = time_calls(model, draw, self.device, budget_s=msg["budget_s"], min_reps=msg["min_reps"],
                                sets_per_batch=msg["sets_per_batch"], on_output=keep, warm_inputs=warm)
@@ -188,7 +189,7 @@ class Worker:
         for seed, output, _ in kept:
             if type(output) is not torch.Tensor:  # noqa: E721
                 raise Rejected("bad-output", f"a timed call returned {type(output).__qualname__}, not a plain torch.Tensor")
-        reply = {"status": "ok", "stats": dataclasses.asdict(stats), "batch": batch,
+        reply = {"status": "ok", "stats": dataclasses.asdict(stats) | {"host_probe_us": probe_us}, "batch": batch,
                  "kept": [{"seed": s, "output": o, "inputs": i} for s, o, i in kept]}
         self._send_and_wait(reply)
         kept.clear()

@@ -105,6 +105,7 @@ def test_real_extra_processes_on_the_cpu(tmp_path, monkeypatch):
     entry = record["timings"][0]
     assert entry["processes"] == 3 and len(entry["process_medians_ms"]) == 3
     assert entry["median_ms"] == statistics.median(entry["process_medians_ms"]) > 0
+    assert len(entry["process_host_probe_us"]) == 3 and entry["host_probe_us"] == entry["process_host_probe_us"][0] > 0
     assert any(line.endswith("honest_softmax_torch.py: timing one_row again in 2 more processes (host-bound)") for line in lines)
 
 

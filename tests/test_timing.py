@@ -92,3 +92,7 @@ def test_no_device_wait_on_the_cpu(monkeypatch):
     monkeypatch.setattr(timing, "_device_sleep", waits.append)
     stats = timing.time_calls(lambda x: x + 1, lambda k: [torch.ones(4)], CPU, budget_s=0.05, min_reps=10, warmup_s=0.01)
     assert not waits and stats.reps >= 10 and stats.timer == "wall-clock"
+
+
+def test_the_host_issue_probe_times_one_tiny_operation():
+    assert 0 < timing.host_issue_probe(CPU, calls=20, repeats=3) < 10_000  # microseconds per add_
