@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .timing import is_host_bound
+from .timing import entry_is_host_bound
 
 TOLERANCE_PCT = 3.0
 
@@ -87,8 +87,7 @@ def _entries(records: list, run: str) -> dict:
         target = r.get("path") or r.get("name")
         for t in r.get("timings", []):
             if t.get("median_ms"):
-                first = (t.get("process_medians_ms") or [t["median_ms"]])[0]
-                out[(r["problem"], target, t["shape"])] = (t["median_ms"], is_host_bound(first, t.get("batch")), r.get("sha256"),
+                out[(r["problem"], target, t["shape"])] = (t["median_ms"], entry_is_host_bound(t), r.get("sha256"),
                                                            t.get("host_probe_us"))
     return out
 

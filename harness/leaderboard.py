@@ -13,19 +13,12 @@ from pathlib import Path
 
 from .problem import REPO_ROOT
 from .records import read_records, write_atomic
-from .timing import HOST_BOUND, is_host_bound
+from .timing import HOST_BOUND, entry_is_host_bound
 
 
 def _geomean(values):
     values = [v for v in values if v and v > 0 and math.isfinite(v)]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
-
-
-def _host_bound(t: dict) -> bool:
-    """Whether a timing entry's figure is the host's. Its batch check ran in the first process, so it is
-    compared with that process's median."""
-    first = (t.get("process_medians_ms") or [t.get("median_ms")])[0]
-    return is_host_bound(first, t.get("batch"))
 
 
 def _latest(records: list) -> dict:
@@ -59,7 +52,7 @@ def build(records: list, keep=lambda path: True) -> dict:
             "reason": r.get("reason", ""), "date": r["env"]["date"], "torch": r["env"]["torch"], "run_id": r["run_id"],
             "commit": r["env"].get("harness_commit"), "harness_sha": r["env"].get("harness_sha"), "sha256": r.get("sha256"),
             "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "processes", "rule", "error")}
-                        | {"host_bound": _host_bound(t)} for t in r["timings"]},
+                        | {"host_bound": entry_is_host_bound(t)} for t in r["timings"]},
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
             "own_kernel_share": (r.get("profile") or {}).get("own_share"),
         }

@@ -207,6 +207,13 @@ def is_host_bound(median_ms: float | None, batch: dict | None) -> bool:
     return bool(launch and median_ms and launch >= HOST_BOUND * median_ms)
 
 
+def entry_is_host_bound(entry: dict) -> bool:
+    """is_host_bound for a recorded timing entry. Its batch check ran in the first process, so it is
+    compared with that process's median, not with the median over processes."""
+    first = (entry.get("process_medians_ms") or [entry.get("median_ms")])[0]
+    return is_host_bound(first, entry.get("batch"))
+
+
 def host_issue_probe(device, calls: int = 200, repeats: int = 5) -> float:
     """Microseconds the host takes right now to issue one tiny operation (a kernel launch on a GPU):
     the host's speed for launch-bound work. Recorded beside each timing, so that a host-bound figure that
