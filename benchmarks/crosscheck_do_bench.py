@@ -10,7 +10,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.problem import available_problems, find_problem  # noqa: E402
-from harness.timing import time_calls  # noqa: E402
+from harness.timing import sets_per_batch, time_calls  # noqa: E402
 
 
 def main():
@@ -27,7 +27,7 @@ def main():
                 for _ in range(3):
                     model(*inputs)
                 ours = time_calls(model, lambda k: problem.make_inputs(shape, 100 + k, device), device,
-                                  budget_s=2.0, sets_per_batch=1 if problem.bytes_moved(shape) > 4e9 else 4)
+                                  budget_s=2.0, sets_per_batch=sets_per_batch(problem.bytes_moved(shape), 24e9))
                 theirs = triton.testing.do_bench(lambda: model(*inputs), warmup=50, rep=300, return_mode="median")
             ratio = ours.median_ms / theirs
             rows.append({"problem": name, "shape": shape.name, "harness_ms": ours.median_ms, "do_bench_ms": theirs,

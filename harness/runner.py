@@ -24,7 +24,7 @@ from .problem import Problem, ProblemError
 from .records import append_record, environment
 from .scan import needs_cuda, scan_source
 from .seeds import derive_seed, new_master_seed
-from .timing import copy_bandwidth, escape_bound, is_host_bound, matmul_rate
+from .timing import copy_bandwidth, escape_bound, is_host_bound, matmul_rate, sets_per_batch
 
 # A time that implies more than this multiple of the measured copy bandwidth (or of the bf16 matrix
 # rate) cannot be real: read-only streams reach ~1.03x the copy figure, so 1.25x leaves honest margin.
@@ -286,7 +286,7 @@ class Run:
         for shape in shapes:
             self.report(f"{target.label}: timing {shape.name}")
             nbytes, flops = problem.bytes_moved(shape), problem.flops(shape)
-            sets = max(1, min(4, int(self.config.memory_budget_bytes // max(nbytes, 1))))
+            sets = sets_per_batch(nbytes, self.config.memory_budget_bytes)
             seed = derive_seed(self.seed, problem.name, shape.name, "time")
             msg = {"cmd": "time", "shape": shape.name, "seed": seed, "budget_s": self.config.budget_s,
                    "min_reps": self.config.min_reps, "keep": self.config.keep, "sets_per_batch": sets}

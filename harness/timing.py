@@ -41,6 +41,22 @@ _device_sleep = getattr(torch.cuda, "_sleep", None)
 BATCH_START_WAIT_CYCLES = 200_000
 
 
+# A timed batch holds about this many bytes of fresh inputs: at least 4 sets, at most 32. A batch of four
+# calls that take 0.1 ms is too short for the host to issue launches as fast as it does in a long loop
+# (do_bench, a training step): after each batch's synchronise the issue path is cold again. Measured on
+# the H200 (benchmarks/timing_probe.py, eager InfoNCE at its seed shape): 4 sets per batch read 0.113-0.125
+# ms, 32 sets 0.103-0.106, do_bench 0.108-0.116.
+BATCH_INPUT_BYTES = 2**30
+MAX_SETS_PER_BATCH = 32
+
+
+def sets_per_batch(nbytes: float, memory_budget: float) -> int:
+    """How many fresh input sets one timed batch rotates through, for inputs of `nbytes` each."""
+    nbytes = max(nbytes, 1)
+    preferred = max(4, min(MAX_SETS_PER_BATCH, int(BATCH_INPUT_BYTES // nbytes)))
+    return max(1, min(preferred, int(memory_budget // nbytes)))
+
+
 @dataclasses.dataclass
 class TimingStats:
     median_ms: float

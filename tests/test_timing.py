@@ -96,3 +96,13 @@ def test_no_device_wait_on_the_cpu(monkeypatch):
 
 def test_the_host_issue_probe_times_one_tiny_operation():
     assert 0 < timing.host_issue_probe(CPU, calls=20, repeats=3) < 10_000  # microseconds per add_
+
+
+def test_sets_per_batch_grows_for_small_inputs_and_respects_memory():
+    from harness.timing import MAX_SETS_PER_BATCH, sets_per_batch
+
+    assert sets_per_batch(6.3e6, 24e9) == MAX_SETS_PER_BATCH  # InfoNCE seed: short, launch-bound calls
+    assert sets_per_batch(302e6, 24e9) == 4  # large inputs keep four sets
+    assert sets_per_batch(12.9e9, 24e9) == 1  # one set is all that fits
+    assert sets_per_batch(6.3e6, 50e6) == 7  # the memory budget caps it
+    assert sets_per_batch(0, 24e9) == MAX_SETS_PER_BATCH
