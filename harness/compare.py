@@ -3,7 +3,8 @@ to another, read from runs.jsonl: the check behind "the same eval twice gives me
 
 Runs are named by their run ids (a unique prefix is enough), or taken as the last two runs of a problem.
 Host-bound entries (issuing the call took most of its time: the figure is partly the host CPU's) are
-marked, because they are the ones expected to move; they still count, unless asked otherwise. A solution
+marked, because they are the ones expected to move; they still count, unless asked otherwise. Beside them
+goes the change of their device time (measured with the host far ahead), which should not move. A solution
 whose file changed between the runs (its sha256) is listed but not judged: that is not the same code.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Row:
     host_bound: bool
     same_code: bool = True
     probe_change_pct: float | None = None  # change of the host's issue time (timing.host_issue_probe)
+    device_change_pct: float | None = None  # change of a host-bound entry's device time (timing.device_time_per_call)
 
     @property
     def change_pct(self) -> float:
@@ -79,7 +81,7 @@ def describe(records: list, run: str) -> str:
 
 
 def _entries(records: list, run: str) -> dict:
-    """{(problem, target, shape): (median_ms, host_bound, sha256, host_probe_us)} of one run's timed entries."""
+    """{(problem, target, shape): (median_ms, host_bound, sha256, host_probe_us, device_ms)} of one run's timed entries."""
     out = {}
     for r in records:
         if r["run_id"] != run:
@@ -88,7 +90,7 @@ def _entries(records: list, run: str) -> dict:
         for t in r.get("timings", []):
             if t.get("median_ms"):
                 out[(r["problem"], target, t["shape"])] = (t["median_ms"], entry_is_host_bound(t), r.get("sha256"),
-                                                           t.get("host_probe_us"))
+                                                           t.get("host_probe_us"), t.get("device_ms"))
     return out
 
 
@@ -98,11 +100,11 @@ def compare_runs(records: list, first: str, second: str) -> list:
     common = [key for key in a if key in b]
     if not common:
         raise CompareError(f"runs {first} and {second} have no timed entry in common")
-    def probe_change(pa, pb):
+    def change(pa, pb):
         return 100.0 * (pb / pa - 1.0) if pa and pb else None
 
-    return [Row(*key, a[key][0], b[key][0], a[key][1] or b[key][1], a[key][2] == b[key][2], probe_change(a[key][3], b[key][3]))
-            for key in common]
+    return [Row(*key, a[key][0], b[key][0], a[key][1] or b[key][1], a[key][2] == b[key][2], change(a[key][3], b[key][3]),
+                change(a[key][4], b[key][4])) for key in common]
 
 
 def outside(rows: list, tolerance_pct: float = TOLERANCE_PCT, count_host_bound: bool = True) -> list:
@@ -121,6 +123,8 @@ def render(rows: list, first: str, second: str, tolerance_pct: float = TOLERANCE
         marks = ("  host-bound" if row.host_bound else "") + ("" if row.same_code else "  file changed (not judged)")
         if row.host_bound and row.probe_change_pct is not None:
             marks += f" (host issue time {row.probe_change_pct:+.0f}%)"
+        if row.host_bound and row.device_change_pct is not None:
+            marks += f" (device time {row.device_change_pct:+.1f}%)"
         marks += "  <-- outside" if row in bad else ""
         lines.append(f"{row.target:{width}s}  {row.shape:20s}  {row.first_ms:9.4f} ms  {row.second_ms:9.4f} ms  "
                      f"{row.change_pct:+6.1f}%{marks}")

@@ -51,7 +51,7 @@ def build(records: list, keep=lambda path: True) -> dict:
             "name": r["name"], "path": r.get("path"), "kind": kind, "status": r["status"], "rule": r.get("rule", ""),
             "reason": r.get("reason", ""), "date": r["env"]["date"], "torch": r["env"]["torch"], "run_id": r["run_id"],
             "commit": r["env"].get("harness_commit"), "harness_sha": r["env"].get("harness_sha"), "sha256": r.get("sha256"),
-            "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "processes", "rule", "error")}
+            "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "processes", "device_ms", "rule", "error")}
                         | {"host_bound": entry_is_host_bound(t)} for t in r["timings"]},
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
             "own_kernel_share": (r.get("profile") or {}).get("own_share"),
@@ -94,10 +94,12 @@ def _row(s: dict, shapes: list, label: str) -> str:
 
 
 def _host_mark(t: dict) -> str:
-    """The † of a host-bound figure, with the number of processes whose medians it is the median of."""
+    """The † of a host-bound figure, with the number of processes whose medians it is the median of, and
+    its device time with the host far ahead, where measured."""
     if not t.get("host_bound"):
         return ""
-    return " · host-bound†" + (f" ({t['processes']} processes)" if (t.get("processes") or 1) > 1 else "")
+    return (" · host-bound†" + (f" ({t['processes']} processes)" if (t.get("processes") or 1) > 1 else "")
+            + (f" · device {_fmt(t['device_ms'], '.4g')} ms" if t.get("device_ms") else ""))
 
 
 def render_markdown(board: dict) -> str:
@@ -129,6 +131,9 @@ def render_markdown(board: dict) -> str:
                             "over processes (`docs/perf-notes.md`).", "Compare them within one run only."]
                 if any((t.get("processes") or 1) > 1 for t in timings if t.get("host_bound")):
                     out.append("Those marked (N processes) were timed in N fresh processes; the figure is the median of their medians.")
+                if any(t.get("device_ms") for t in timings if t.get("host_bound")):
+                    out.append("\"device\": the same calls' median with the host queueing them far ahead (a device-side wait first),"
+                               " the part of the figure that does not follow the host's speed; not used for ranking.")
             out.append("")
             if cell["failed"]:
                 out += ["Rejected or failed:", ""]

@@ -73,6 +73,8 @@ def timing_cell(t: dict) -> str:
         parts.append(f"{_num(t['pct_copy_bw'], '.0f')}% BW")
     if t.get("processes", 1) > 1:
         parts.append(f"median of {t['processes']} processes")
+    if t.get("device_ms"):
+        parts.append(f"device {_num(t['device_ms'], '.4g')} ms")
     return "\n".join(parts)
 
 

@@ -292,7 +292,7 @@ class Run:
                    "min_reps": self.config.min_reps, "keep": self.config.keep, "sets_per_batch": sets}
             try:
                 stats, batch = self._time_in(problem, handle, shape, msg, target)
-                runs = [(stats["median_ms"], batch, stats.get("host_probe_us"))]
+                runs = [(stats["median_ms"], batch, stats.get("host_probe_us"), stats.get("device_ms"))]
                 if self.config.host_bound_processes > 1 and is_host_bound(stats["median_ms"], batch):
                     self.report(f"{target.label}: timing {shape.name} again in {self.config.host_bound_processes - 1} more processes (host-bound)")
                     runs += self._time_again(problem, handle, shape, msg, target)
@@ -300,10 +300,10 @@ class Run:
                 record["timings"].append({"shape": shape.name, "dtype": shape.dtype, "rule": failure.rule, "error": failure.reason})
                 continue
             entry = self._timing_entry(shape, stats, batch, [run[0] for run in runs], nbytes, flops, baselines)
-            self._note_host_probes(entry, [run[2] for run in runs])
+            self._note_host_figures(entry, runs)
             record["timings"].append(entry)
             if target.kind == "solution":
-                for process, (median, process_batch, _) in enumerate(runs, 1):
+                for process, (median, process_batch, *_) in enumerate(runs, 1):
                     self._physics(self._label(shape, process), entry, median, process_batch)
 
     def _label(self, shape, process: int) -> str:
@@ -340,7 +340,7 @@ class Run:
                 torch.cuda.empty_cache()
 
     def _time_again(self, problem: Problem, handle: WorkerHandle, shape, msg: dict, target: Target) -> list:
-        """(median, batch, host probe) of the same request (same seed, so the same inputs) in fresh workers, one
+        """(median, batch, host probe, device time) of the same request (same seed, so the same inputs) in fresh workers, one
         after another: a host-bound figure moves more between processes than within one. Timing only:
         the first worker already ran the correctness trials and the profile. Any failure there is a
         solution's failure; for a baseline or another library it ends only this shape."""
@@ -350,7 +350,7 @@ class Run:
             try:
                 extra.request({"cmd": "load"}, self.config.build_timeout_s, f"loading for {self._label(shape, process)}")
                 stats, batch = self._time_in(problem, extra, shape, msg, target, process)
-                runs.append((stats["median_ms"], batch, stats.get("host_probe_us")))
+                runs.append((stats["median_ms"], batch, stats.get("host_probe_us"), stats.get("device_ms")))
             except Failure as failure:
                 if target.kind == "solution":
                     raise
@@ -360,13 +360,22 @@ class Run:
         return runs
 
     @staticmethod
-    def _note_host_probes(entry: dict, probes: list):
-        """The host's issue time for a tiny operation, per process (timing.host_issue_probe): it tells a
-        host-bound figure that moved apart from a host that moved."""
+    def _note_host_figures(entry: dict, runs: list):
+        """Per process (runs: (median, batch, host probe, device time)): the host's issue time for a tiny
+        operation (timing.host_issue_probe), which tells a host-bound figure that moved apart from a host
+        that moved; and for a host-bound entry its device time with the host far ahead
+        (timing.device_time_per_call), the part of its figure that does not follow the host. The entry's
+        device time is the median over the processes that measured one."""
+        probes = [run[2] for run in runs]
         if probes and probes[0] is not None:
             entry["host_probe_us"] = probes[0]
             if len(probes) > 1:
                 entry["process_host_probe_us"] = list(probes)
+        device = [run[3] for run in runs if len(run) > 3 and run[3] is not None]
+        if device:
+            entry["device_ms"] = statistics.median(device)
+            if len(runs) > 1:
+                entry["process_device_ms"] = [run[3] for run in runs]
 
     def _timing_entry(self, shape, stats, batch, medians: list, nbytes, flops, baselines) -> dict:
         """The shape's entry. `medians` has one median per process timed, the first process's first;

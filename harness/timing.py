@@ -246,6 +246,51 @@ def host_issue_probe(device, calls: int = 200, repeats: int = 5) -> float:
     return statistics.median(per_call)
 
 
+# SM clock cycles per millisecond for the device-side wait (H200 boost ~1.98 GHz): at a lower clock the
+# wait only lasts longer, which is safe.
+SLEEP_CYCLES_PER_MS = 2_000_000
+
+
+def device_time_per_call(fn, draw_set, device, *, first_k: int, calls: int, host_ms_per_call: float,
+                         on_output=None, tries: int = 3) -> float | None:
+    """Median time per call with the host far ahead: the device waits (`torch.cuda._sleep`) until the
+    host has queued every call of the batch (flush, events, call), so each call's events see only the
+    device's work, launch gaps between queued kernels included. For a host-bound call this is the part
+    that does not move with the host's speed: what a CUDA graph or a host that runs ahead would get.
+    The host's issue time is checked against the wait, which doubles on a miss; None when the host never
+    got ahead (a synchronisation inside the call holds it back) or without a GPU. Draws sets first_k
+    onwards; on_output(k, output, inputs) sees each call's output, as in time_calls."""
+    if device.type != "cuda" or _device_sleep is None or calls < 1:
+        return None
+    flush = L2Flusher(device)
+    batch = [draw_set(first_k + i) for i in range(calls)]
+    wait_ms = 3.0 * calls * (host_ms_per_call + 0.02) + 1.0
+    for _ in range(tries):
+        _sync(device)
+        slept = (_Event(enable_timing=True), _Event(enable_timing=True))
+        events = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in batch]
+        _event_record(slept[0])
+        _device_sleep(int(wait_ms * SLEEP_CYCLES_PER_MS))
+        _event_record(slept[1])
+        t0 = _perf_counter()
+        outputs = []
+        for inputs, (begin, end) in zip(batch, events):
+            flush()
+            _event_record(begin)
+            outputs.append(fn(*inputs))
+            _event_record(end)
+        issued_ms = (_perf_counter() - t0) * 1e3
+        _sync(device)
+        if issued_ms < _elapsed_time(*slept):
+            if on_output is not None:
+                for i, (inputs, output) in enumerate(zip(batch, outputs)):
+                    on_output(first_k + i, output, inputs)
+            return statistics.median(_elapsed_time(begin, end) for begin, end in events)
+        del outputs
+        wait_ms = max(2.0 * wait_ms, 2.0 * issued_ms)
+    return None
+
+
 def host_batch_check(fn, input_sets: list, device, calls: int = 20, batches: int = 2, expected_ms: float | None = None,
                      max_batches: int = 6) -> dict:
     """A device-wide cross-check of the events: the host clock over a batch of calls that ends in a

@@ -23,7 +23,7 @@ import torch.multiprocessing  # noqa: F401 - registers the tensor-sharing reduct
 from . import build, integrity, problem as problem_module, profiling, timing
 from .integrity import AtenOpRecorder, TamperGuard, ThreadWatch, poison_freed
 from .problem import load_module, load_problem
-from .timing import host_batch_check, host_issue_probe, time_calls
+from .timing import device_time_per_call, host_batch_check, host_issue_probe, is_host_bound, time_calls
 
 
 class Rejected(Exception):
@@ -180,6 +180,10 @@ class Worker:
             stats = time_calls(model, draw, self.device, budget_s=msg["budget_s"], min_reps=msg["min_reps"],
                                sets_per_batch=msg["sets_per_batch"], on_output=keep, warm_inputs=warm)
             batch = host_batch_check(model, [warm], self.device, expected_ms=stats.median_ms) if self.device.type == "cuda" else None
+            device_ms = None
+            if is_host_bound(stats.median_ms, batch):
+                device_ms = device_time_per_call(model, draw, self.device, first_k=stats.reps, calls=msg["sets_per_batch"],
+                                                 host_ms_per_call=batch["launch_ms_per_call"], on_output=keep)
         self._verify("timing")
         kept.extend(last_batch)
         last_batch.clear()
@@ -189,7 +193,7 @@ class Worker:
         for seed, output, _ in kept:
             if type(output) is not torch.Tensor:  # noqa: E721
                 raise Rejected("bad-output", f"a timed call returned {type(output).__qualname__}, not a plain torch.Tensor")
-        reply = {"status": "ok", "stats": dataclasses.asdict(stats) | {"host_probe_us": probe_us}, "batch": batch,
+        reply = {"status": "ok", "stats": dataclasses.asdict(stats) | {"host_probe_us": probe_us, "device_ms": device_ms}, "batch": batch,
                  "kept": [{"seed": s, "output": o, "inputs": i} for s, o, i in kept]}
         self._send_and_wait(reply)
         kept.clear()

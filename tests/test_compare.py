@@ -6,8 +6,10 @@ from harness.compare import CompareError, compare_runs, outside, render, resolve
 from harness.records import append_record
 
 
-def _record(run, name, medians, date, kind="solution", sha="aaa", launch=None, probe=None):
+def _record(run, name, medians, date, kind="solution", sha="aaa", launch=None, probe=None, device=None):
     timings = [{"shape": f"s{i}", "median_ms": m, "host_probe_us": probe} for i, m in enumerate(medians)]
+    if device is not None:
+        timings[0]["device_ms"] = device
     if launch is not None:
         timings[0]["batch"] = {"launch_ms_per_call": launch, "wall_ms_per_call": medians[0]}
     return {"run_id": run, "problem": "softmax", "kind": kind, "name": name, "status": "ok", "timings": timings,
@@ -15,9 +17,9 @@ def _record(run, name, medians, date, kind="solution", sha="aaa", launch=None, p
             "device": "NVIDIA H200", "env": {"date": date, "torch": "2.11.0", "harness_sha": "f00d", "harness_commit": "abc"}}
 
 
-RUN1 = [_record("aaa111", "eager", (2.0, 4.0), "2026-11-30T10:00:00", kind="eager", launch=1.9, probe=10.0),
+RUN1 = [_record("aaa111", "eager", (2.0, 4.0), "2026-11-30T10:00:00", kind="eager", launch=1.9, probe=10.0, device=1.0),
         _record("aaa111", "fast", (1.0, 2.0), "2026-11-30T10:01:00")]
-RUN2 = [_record("bbb222", "eager", (1.5, 4.04), "2026-11-30T11:00:00", kind="eager", launch=1.4, probe=7.5),
+RUN2 = [_record("bbb222", "eager", (1.5, 4.04), "2026-11-30T11:00:00", kind="eager", launch=1.4, probe=7.5, device=1.01),
         _record("bbb222", "fast", (1.02, 2.5), "2026-11-30T11:01:00")]
 
 
@@ -58,7 +60,7 @@ def test_the_compare_command_exits_non_zero_when_an_entry_moved(tmp_path, capsys
     out = capsys.readouterr().out
     assert "aaa111: 2026-11-30T10:00:00, NVIDIA H200, torch 2.11.0, harness sources f00d" in out
     assert "<-- outside" in out and "2 of 4 entries within 3%" in out
-    assert "host-bound (host issue time -25%)" in out  # the host got faster by as much as the figure
+    assert "host-bound (host issue time -25%) (device time +1.0%)" in out  # the host moved, the device work did not
     assert cli.main(["compare", "--problem", "softmax", "--tolerance", "30", "--results", str(tmp_path)]) == 0
     assert cli.main(["compare", "--problem", "infonce", "--results", str(tmp_path)]) == 2
     assert "infonce has 0 timed run(s)" in capsys.readouterr().err

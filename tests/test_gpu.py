@@ -66,3 +66,47 @@ def test_broken_solutions_beside_good_ones_each_get_their_reason(tmp_path):
     assert records["compile_error"]["rule"] == "compile-error" and "blockIdxx" in records["compile_error"]["reason"]
     board = (tmp_path / "leaderboard.md").read_text()
     assert "1. fast.py" in board and all(name in board for name in ("segfault.py", "hang_kernel.py", "compile_error.py"))
+
+
+def test_device_time_sees_the_queued_work_alone_and_refuses_a_call_that_synchronises():
+    import time
+
+    from harness.timing import device_time_per_call
+
+    device = torch.device("cuda")
+    x = torch.rand(1, device=device) + 1.0
+
+    def many_launches(t):  # 64 tiny kernels: issuing them takes far longer than running them
+        for _ in range(64):
+            t = t * 1.0
+        return t
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(8):
+        many_launches(x)
+    host_ms = (time.perf_counter() - t0) * 1e3 / 8
+    torch.cuda.synchronize()
+    seen = []
+    device_ms = device_time_per_call(many_launches, lambda k: [x], device, first_k=100, calls=8, host_ms_per_call=host_ms,
+                                     on_output=lambda k, out, inputs: seen.append(k))
+    assert device_ms is not None and 0 < device_ms < host_ms
+    assert seen == list(range(100, 108))
+
+    def synchronises(t):
+        return t * float((t + 1).item())  # the host waits for the device inside the call
+
+    assert device_time_per_call(synchronises, lambda k: [x], device, first_k=0, calls=4, host_ms_per_call=0.05, tries=2) is None
+
+
+def test_a_host_bound_baseline_records_its_device_time(tmp_path):
+    from harness.timing import entry_is_host_bound
+
+    record = evaluate("infonce", None, tmp_path, shapes=("256x512_n2560",), kind="eager", budget=0.3, min_reps=10,
+                      host_bound_processes=2)
+    assert record["status"] == "ok", record["reason"]
+    entry = record["timings"][0]
+    if entry_is_host_bound(entry):
+        assert 0 < entry["device_ms"] < entry["median_ms"]
+    else:
+        assert "device_ms" not in entry

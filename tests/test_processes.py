@@ -37,11 +37,11 @@ class ScriptedWorker:
         self.spec["closed"] += 1
 
 
-def _reply(median_ms, launch_ms=None, wall_ms=None):
+def _reply(median_ms, launch_ms=None, wall_ms=None, device_ms=None):
     """A worker's timing reply; by default host-bound (launching took the whole median) and honest."""
     launch_ms = median_ms if launch_ms is None else launch_ms
     stats = {"median_ms": median_ms, "mean_ms": median_ms, "std_ms": 0.0, "min_ms": median_ms, "max_ms": median_ms,
-             "reps": 10, "se_pct": 0.1, "timer": "cuda-events", "budget_hit": False}
+             "reps": 10, "se_pct": 0.1, "timer": "cuda-events", "budget_hit": False, "device_ms": device_ms}
     batch = {"calls": 20, "launch_ms_per_call": launch_ms, "wall_ms_per_call": wall_ms or 1.05 * median_ms, "batches": 2}
     return {"status": "ok", "stats": stats, "batch": batch, "kept": []}
 
@@ -68,10 +68,18 @@ def test_a_host_bound_entry_takes_the_median_of_the_process_medians(tmp_path, mo
     assert spec["closed"] == 2  # both extra workers closed
 
 
+def test_a_host_bound_entry_records_each_process_device_time_and_their_median(tmp_path, monkeypatch):
+    record, _ = _time_scripted(tmp_path, monkeypatch, [_reply(0.20, device_ms=0.081), _reply(0.26, device_ms=None),
+                                                       _reply(0.22, device_ms=0.079)])
+    entry = record["timings"][0]
+    assert entry["process_device_ms"] == [0.081, None, 0.079]  # process 2 never got ahead of its device
+    assert entry["device_ms"] == pytest.approx(0.080) and entry["median_ms"] == 0.22  # ranking still uses the median
+
+
 def test_an_entry_that_is_not_host_bound_is_timed_once(tmp_path, monkeypatch):
     record, spec = _time_scripted(tmp_path, monkeypatch, [_reply(0.20, launch_ms=0.05), _reply(0.26)])
     entry = record["timings"][0]
-    assert entry["median_ms"] == 0.20 and "processes" not in entry and "median_of" not in entry
+    assert entry["median_ms"] == 0.20 and "processes" not in entry and "median_of" not in entry and "device_ms" not in entry
     assert len(spec["replies"]) == 1 and spec["closed"] == 0
 
 

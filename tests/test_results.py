@@ -111,13 +111,14 @@ def test_a_figure_from_several_processes_says_so(tmp_path):
     # The batch ran in the first process: 1.9 ms of launches is host-bound against its 2.0 ms median,
     # though not against the 3.0 ms median of the three processes.
     eager["timings"][0].update(batch={"calls": 20, "launch_ms_per_call": 1.9, "wall_ms_per_call": 2.0}, processes=3,
-                               process_medians_ms=[2.0, 3.0, 3.1], median_of="processes")
+                               process_medians_ms=[2.0, 3.0, 3.1], median_of="processes", device_ms=0.8)
     append_record(eager, path)
     leaderboard.regenerate(tmp_path)
     text = (tmp_path / "leaderboard.md").read_text()
     row = next(line for line in text.splitlines() if "*eager*" in line)
-    assert "3 ms · 0.67x eager · 1.00x compile · 80% BW · host-bound† (3 processes) |" in row
+    assert "3 ms · 0.67x eager · 1.00x compile · 80% BW · host-bound† (3 processes) · device 0.8 ms |" in row
     assert "Those marked (N processes) were timed in N fresh processes; the figure is the median of their medians." in text
+    assert '"device": the same calls' in text
     board = json.loads((tmp_path / "leaderboard.json").read_text())
     timings = board["softmax"]["NVIDIA H200"]["references"][0]["timings"]
     assert timings["s0"]["processes"] == 3 and timings["s0"]["host_bound"] is True and timings["s1"]["processes"] is None
@@ -128,3 +129,4 @@ def test_the_terminal_table_says_when_a_figure_is_a_median_of_processes():
 
     assert timing_cell({"median_ms": 0.25, "processes": 5}).splitlines() == ["0.25 ms", "median of 5 processes"]
     assert timing_cell({"median_ms": 0.25}) == "0.25 ms"
+    assert timing_cell({"median_ms": 0.25, "processes": 5, "device_ms": 0.08}).splitlines()[-1] == "device 0.08 ms"

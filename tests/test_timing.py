@@ -106,3 +106,12 @@ def test_sets_per_batch_grows_for_small_inputs_and_respects_memory():
     assert sets_per_batch(12.9e9, 24e9) == 1  # one set is all that fits
     assert sets_per_batch(6.3e6, 50e6) == 7  # the memory budget caps it
     assert sets_per_batch(0, 24e9) == MAX_SETS_PER_BATCH
+
+
+def test_device_time_needs_a_gpu():
+    from harness.timing import device_time_per_call
+
+    calls = []
+    result = device_time_per_call(lambda x: x + 1, lambda k: [torch.ones(3)], torch.device("cpu"), first_k=0, calls=4,
+                                  host_ms_per_call=0.1, on_output=lambda *a: calls.append(a))
+    assert result is None and calls == []  # nothing timed, nothing claimed to be checked
