@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One batched session on an offline GPU machine, as used for the shipped results. Steps run in order:
 #   wheels        install the optional comparison packages carried in .whl/ (+ the split cutlass wheel)
-#   build         build every solution's extension in parallel
+#   restore       unpack a build cache that an earlier call's `pack` returned (carry it as .build_device/)
+#   build         build every solution's extension in parallel (only what changed, after `restore`)
 #   eval:NAME     make eval PROBLEM=NAME (logs and results to $OUT)
-#   tests         the GPU-marked tests
+#   tests         the GPU-marked tests, four at a time to save device time (`make test` runs them one at a time)
 #   crosscheck    harness timing vs triton.testing.do_bench
 #   check:NAME    benchmarks/check_NAME.py
-#   pack          results/ and the build cache back to $OUT
+#   pack          results/ and the build cache (with its object files, ~10 MB) back to $OUT
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -27,6 +28,8 @@ for step in "$@"; do
       mkdir -p /tmp/sitecust && echo "import site; site.addsitedir('/tmp/site')" > /tmp/sitecust/sitecustomize.py
       export PYTHONPATH=/tmp/sitecust
       python3 -c "import quack.softmax, liger_kernel; print('quack and liger import')" 2>&1 | tail -2 ;;
+    restore)
+      log restore; tar xzf .build_device/build_cache.tgz && du -sh .build ;;
     build)
       log build; timeout 900 python3 -m harness build --jobs 8 2>&1 | tee -a "$OUT/build.log" ;;
     eval:*)
@@ -44,7 +47,8 @@ for step in "$@"; do
     pack)
       log pack
       cp results/runs.jsonl results/leaderboard.md results/leaderboard.json "$OUT/" 2>/dev/null
-      tar czf "$OUT/build_cache.tgz" --exclude='*.o' .build 2>/dev/null; ls -la "$OUT" ;;
+      # With the object files: without them ninja rebuilds everything (it did, fourth session).
+      tar czf "$OUT/build_cache.tgz" .build 2>/dev/null; ls -la "$OUT" ;;
     *) echo "unknown step $step" ;;
   esac
 done
