@@ -1,7 +1,8 @@
 """results/leaderboard.md and results/leaderboard.json, rebuilt from runs.jsonl.
 
 Per problem and device: the latest run's baselines (eager, torch.compile) and other libraries as
-reference rows; each solution's latest record; correct solutions ranked by the geometric mean of their
+reference rows (a library that did not import in the latest run keeps its last measured row, marked
+with that run); each solution's latest record; correct solutions ranked by the geometric mean of their
 speedup over eager (both measured in the same run) across the timing shapes; failures below, with why.
 A solution file since removed from the repository drops off the board; its records stay in runs.jsonl.
 """
@@ -22,11 +23,14 @@ def _geomean(values):
 
 
 def _latest(records: list) -> dict:
-    """The newest record per (problem, device, kind, name-or-path)."""
+    """The newest record per (problem, device, kind, name-or-path). A "skipped" record (another library
+    that did not import on that run's machine) does not hide an earlier measured one: that row stays, marked
+    with its run."""
     latest = {}
     for r in records:
         key = (r.get("problem"), r.get("device"), r.get("kind"), r.get("path") or r.get("name"))
-        if key not in latest or r["env"]["date"] >= latest[key]["env"]["date"]:
+        old = latest.get(key)
+        if old is None or (r["env"]["date"] >= old["env"]["date"] and (r.get("status") != "skipped" or old.get("status") == "skipped")):
             latest[key] = r
     return latest
 
@@ -119,10 +123,15 @@ def render_markdown(board: dict) -> str:
                     + (f"; harness sources {', '.join(harnesses)}" if harnesses else "") + ".", ""]
             out.append("| solution | geomean vs eager | " + " | ".join(shapes) + " |")
             out.append("|" + "---|" * (len(shapes) + 2))
+            newest = max((s for group in ("ranked", "references") for s in cell[group]), key=lambda s: s["date"], default=None)
+            earlier = lambda s: f" · run {s['run_id'][:6]}" if newest and s["run_id"] != newest["run_id"] else ""  # noqa: E731
             for s in cell["ranked"]:
-                out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**"))
+                out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**{earlier(s)}"))
             for s in cell["references"]:
-                out.append(_row(s, shapes, f"*{s['name']}* (reference)"))
+                out.append(_row(s, shapes, f"*{s['name']}* (reference){earlier(s)}"))
+            if any(earlier(s) for group in ("ranked", "references") for s in cell[group]):
+                out += ["", f"Rows marked \"run X\" come from an earlier run than the latest ({newest['run_id'][:6]}, {newest['date'][:10]}),"
+                            " which did not time them; their speedups are against that earlier run's eager and torch.compile."]
             timings = [t for group in ("ranked", "references") for x in cell[group] for t in x["timings"].values()]
             if any(t.get("host_bound") for t in timings):
                 out += ["", f"† host-bound: issuing the call (its launches, or a synchronisation inside it) took at least "

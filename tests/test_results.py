@@ -79,6 +79,28 @@ def test_leaderboard_keeps_only_the_latest_record_of_a_solution(tmp_path):
     assert not cell["ranked"] and [s["name"] for s in cell["failed"]] == ["fast"]
 
 
+def test_a_library_that_did_not_import_in_the_latest_run_keeps_its_measured_row_marked_with_its_run(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    quack = _record("quack", kind="external", medians=(0.9, 1.8), date="2026-11-29T10:00:00+00:00")
+    quack["run_id"] = "old111"
+    for record in (_record("eager", kind="eager", medians=(2.0, 2.0), date="2026-11-29T10:00:00+00:00") | {"run_id": "old111"}, quack,
+                   _record("eager", kind="eager", medians=(2.0, 2.0), date="2026-11-30T10:00:00+00:00") | {"run_id": "new222"},
+                   _record("quack", kind="external", status="skipped", reason="quack is not importable here",
+                           date="2026-11-30T10:01:00+00:00") | {"run_id": "new222"}):
+        append_record(record, path)
+    leaderboard.regenerate(tmp_path)
+    text = (tmp_path / "leaderboard.md").read_text()
+    row = next(line for line in text.splitlines() if "*quack*" in line)
+    assert row.startswith("| *quack* (reference) · run old111 | ") and "0.9 ms" in row
+    assert "*eager* (reference) |" in text  # the eager row is the latest run's: no mark
+    assert 'Rows marked "run X" come from an earlier run than the latest (new222, 2026-11-30)' in text
+    assert "Not run" not in text
+    # With no measured record at all, the skipped one is listed as before.
+    only_skipped = [r for r in read_records(path)[0] if r["run_id"] == "new222"]
+    cell = leaderboard.build(only_skipped)["softmax"]["NVIDIA H200"]
+    assert [s["name"] for s in cell["skipped"]] == ["quack"]
+
+
 def test_a_reference_row_keeps_the_shapes_it_could_time(tmp_path):
     path = tmp_path / "runs.jsonl"
     liger = _record("liger", kind="external", medians=(1.0, 2.0))
