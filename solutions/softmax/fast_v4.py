@@ -15,6 +15,8 @@ Rows longer than 64 KB (4096x393216) are cut into segments of one CTA's register
 segment's (max, sum) pair, counts itself in, waits for the row's other segments (their CTAs run beside
 it) and writes its part; no clusters. Misaligned / odd widths and narrow rows run v1's kernels
 (solutions/softmax/fast.py), copied verbatim.
+Variants 7, 27 and 28 (knobs only, not auto; not yet run on a GPU) split a <= 64 KB row over a 2- or 4-CTA
+cluster, quack's structure: the CTAs exchange their (max, sum) pairs through distributed shared memory.
 """
 import torch
 import torch.nn as nn
@@ -522,6 +524,83 @@ softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int6
     }
 }
 
+// ================================================================ rows split over a thread-block cluster
+// quack's structure for 32-64 KB rows: each of the C CTAs of a cluster holds 1/C of one row in registers
+// (packed, as RECOMP above), reduces it to a (max, sum) pair and publishes the pair in its shared memory;
+// after one cluster barrier every CTA reads the C pairs through DSMEM in rank order (so all CTAs get the
+// same row pair) and writes its part. It arrives at a second barrier once it has read the pairs and waits on
+// it only before exiting: its own pair must stay readable until every peer has read it. The point is more,
+// smaller CTAs per SM than one CTA per row, so that a CTA's reduce-and-write phase is covered by more loads
+// in flight from the others. Numerics as the RECOMP path.
+template <typename T, int THREADS, int VPT, int MINB>
+__global__ void __launch_bounds__(THREADS, MINB)
+softmax_cluster_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int C, int upc, int flags) {
+    constexpr int N = 16 / (int)sizeof(T);
+    constexpr int NW = THREADS / 32;
+    __shared__ MS red[NW];
+    __shared__ __align__(8) MS pub;  // read as one v2.f32 through DSMEM
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    const int64_t row = blockIdx.x / C;
+    const int nu = (int)(cols / N);
+    const int first = (int)rank * upc;
+    const int lim = max(0, min(upc, nu - first));
+    const uint4* src = reinterpret_cast<const uint4*>(x + row * cols) + (lim > 0 ? first : 0);
+    uint4 r[VPT];
+    if (flags & kLdCs) load_row_h<T, THREADS, VPT, true>(r, src, lim);
+    else               load_row_h<T, THREADS, VPT, false>(r, src, lim);
+
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        float f[N];
+        unpack_unit_rc(r[i], f);
+#pragma unroll
+        for (int k = 0; k < N; ++k) m = fmaxf(m, f[k]);
+    }
+    const bool empty = m == -INFINITY;
+    const float ref = empty ? 0.f : m * kLog2e;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        float f[N];
+        unpack_unit_rc(r[i], f);
+#pragma unroll
+        for (int k = 0; k < N; ++k) s += ex2(fmaf(f[k], kLog2e, -ref));
+    }
+    const MS part = block_reduce_v4<THREADS>(MS{empty ? -INFINITY : ref, s}, red);
+    if (threadIdx.x == 0) pub = part;
+    cluster_arrive();
+    cluster_wait();  // every CTA's pair is published
+    MS t{-INFINITY, 0.f};
+    const uint32_t local = smem_addr(&pub);
+    for (int c = 0; c < C; ++c) {
+        uint32_t remote;
+        float pm, ps;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(c));
+        asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(pm), "=f"(ps) : "r"(remote) : "memory");
+        t = combine(t, MS{pm, ps});
+    }
+    cluster_arrive();  // this CTA has read its peers' pairs
+    const float ml = t.m, inv = 1.f / t.s;  // all -inf row: 2^(-inf + inf) = NaN, like torch
+    T* dst = y + row * cols + (int64_t)first * N;
+    auto emit = [&](auto cs) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            const int u = i * THREADS + (int)threadIdx.x;
+            if (u < lim) {
+                float f[N];
+                unpack_unit_rc(r[i], f);
+#pragma unroll
+                for (int k = 0; k < N; ++k) f[k] = ex2(fmaf(f[k], kLog2e, -ml)) * inv;
+                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
+            }
+        }
+    };
+    if (flags & kStCs) emit(std::true_type{}); else emit(std::false_type{});
+    cluster_wait();  // keep `pub` alive until every peer has read it
+}
+
 // ================================================================ long rows: register segments + a handshake
 // A row longer than one CTA's registers is cut into P segments of THREADS*VPT units; CTA b holds segment
 // b % P of row b / P in registers (one read of x, as for short rows), reduces it to a (max, sum) pair,
@@ -737,6 +816,7 @@ _v4_host_src = r"""
 //   id: dtype, THREADS, VPT (16-byte units per thread), MINB (launch-bounds min CTAs/SM), STAGES, RECOMP,
 //       persistent (grid = CTAs that fit, rows strided) or one CTA per row.
 // A variant covers rows of up to THREADS*VPT units; it refuses (TORCH_CHECK) anything else.
+// Variants 7, 27, 28 are softmax_cluster_kernel instead (launch_cluster_t): up to C*THREADS*VPT units.
 template <typename T, int THREADS, int VPT, int MINB, int STAGES, bool RECOMP>
 static void launch_v4_t(const T* x, T* y, int64_t rows, int64_t cols, bool persist, int ctas_per_sm, int flags,
                         cudaStream_t stream) {
@@ -786,6 +866,30 @@ static void launch_seg_t(const T* x, T* y, int64_t rows, int64_t cols, int flags
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Rows split over a cluster of C CTAs (softmax_cluster_kernel): upc = ceil(units / C) units per CTA.
+template <typename T, int THREADS, int VPT, int MINB>
+static void launch_cluster_t(const T* x, T* y, int64_t rows, int64_t cols, int C, int flags, cudaStream_t stream) {
+    constexpr int N = 16 / (int)sizeof(T);
+    TORCH_CHECK(cols % N == 0, "softmax_fast_v4: cluster variants need rows of whole 16-byte units");
+    const int64_t upc = ceil_div(cols / N, (int64_t)C);
+    TORCH_CHECK(upc <= (int64_t)THREADS * VPT, "softmax_fast_v4: variant does not cover this row");
+    TORCH_CHECK(rows * C <= INT32_MAX, "softmax_fast_v4: too many rows");
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(rows * C));
+    cfg.blockDim = dim3(THREADS);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)C;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, softmax_cluster_kernel<T, THREADS, VPT, MINB>, x, y, cols, C, (int)upc, flags));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // Auto choices (variant 0 / hint 0), per row class. Edit after the bench sweep.
 // Measured best on the H200 (benchmarks/bench_softmax_v4.py --quick, 2026-11-30): 0.2625 / 0.1344 / 0.5326 ms.
 constexpr int kAutoF32_16K = 1, kAutoBf16_4K = 12, kAutoBf16_32K = 23;
@@ -810,6 +914,7 @@ static bool run_variant_f32(int v, const float* x, float* y, int64_t rows, int64
         case 4: launch_v4_t<float, 512, 8, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 1 ahead
         case 5: launch_v4_t<float, 512, 8, 1, 2, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 2 ahead
         case 6: launch_v4_t<float, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
+        case 7: launch_cluster_t<float, 256, 8, 4>(x, y, rows, cols, 2, fl, s); return true;                 // 2-CTA cluster/row, 4 CTA/SM
         // rows > 16384 fp32: segments of THREADS*VPT*4 floats
         case 31: launch_seg_t<float, 512, 8, 2>(x, y, rows, cols, fl, o, s); return true;   // 64 KB, 2 CTA/SM
         case 32: launch_seg_t<float, 256, 8, 4>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 4 CTA/SM
@@ -835,6 +940,8 @@ static bool run_variant_bf16(int v, const __nv_bfloat16* x, __nv_bfloat16* y, in
         case 24: launch_v4_t<B, 512, 8, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 1 ahead
         case 25: launch_v4_t<B, 512, 8, 1, 2, true>(x, y, rows, cols, true, cps, fl, s); return true;     // persistent, recompute
         case 26: launch_v4_t<B, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
+        case 27: launch_cluster_t<B, 256, 8, 4>(x, y, rows, cols, 2, fl, s); return true;                  // 2-CTA cluster/row, 4 CTA/SM
+        case 28: launch_cluster_t<B, 128, 8, 8>(x, y, rows, cols, 4, fl, s); return true;                  // 4-CTA cluster/row, 8 CTA/SM
         // rows > 32768 bf16: segments of THREADS*VPT*8 bf16 (kept as floats: 32 per thread)
         case 41: launch_seg_t<B, 512, 4, 2>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 2 CTA/SM
         case 42: launch_seg_t<B, 256, 4, 4>(x, y, rows, cols, fl, o, s); return true;   // 16 KB, 4 CTA/SM
