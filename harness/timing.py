@@ -11,7 +11,8 @@ CPU's clocks and caches settle), and Python's garbage collector is paused while 
 (as `timeit` does), so that a collection pass does not land in some runs' samples and not in others'.
 Each batch on a GPU starts with a short device-side wait, so that the host queues the batch's first calls
 while the device is still busy and a call the host issues faster than the device runs it is timed on the
-device alone.
+device alone. A host-bound call also gets a device time: the same calls queued far ahead of the device
+(device_time_per_call), the part of its figure that does not follow the host's speed.
 
 The functions below are bound at import, before any solution code runs, and keep their own references
 to the clock and event methods, so a solution that patches torch or time cannot change what they read.
@@ -44,8 +45,8 @@ BATCH_START_WAIT_CYCLES = 200_000
 # A timed batch holds about this many bytes of fresh inputs: at least 4 sets, at most 32. A batch of four
 # calls that take 0.1 ms is too short for the host to issue launches as fast as it does in a long loop
 # (do_bench, a training step): after each batch's synchronise the issue path is cold again. Measured on
-# the H200 (benchmarks/timing_probe.py, eager InfoNCE at its seed shape): 4 sets per batch read 0.113-0.125
-# ms, 32 sets 0.103-0.106, do_bench 0.108-0.116.
+# the H200 (benchmarks/timing_probe.py, eager InfoNCE at its seed shape, two passes in each of two
+# processes): 4 sets per batch read 5-27% above do_bench, 32 sets between 11% below and 9% above it.
 BATCH_INPUT_BYTES = 2**30
 MAX_SETS_PER_BATCH = 32
 
@@ -258,14 +259,15 @@ def device_time_per_call(fn, draw_set, device, *, first_k: int, calls: int, host
     device's work, launch gaps between queued kernels included. For a host-bound call this is the part
     that does not move with the host's speed: what a CUDA graph or a host that runs ahead would get.
     The host's issue time is checked against the wait, which doubles on a miss; None when the host never
-    got ahead (a synchronisation inside the call holds it back) or without a GPU. Draws sets first_k
-    onwards; on_output(k, output, inputs) sees each call's output, as in time_calls."""
+    got ahead (a synchronisation inside the call holds it back) or without a GPU. Draws fresh sets from
+    first_k onwards; on_output(k, output, inputs) sees each call's output, as in time_calls."""
     if device.type != "cuda" or _device_sleep is None or calls < 1:
         return None
     flush = L2Flusher(device)
-    batch = [draw_set(first_k + i) for i in range(calls)]
     wait_ms = 3.0 * calls * (host_ms_per_call + 0.02) + 1.0
-    for _ in range(tries):
+    for attempt in range(tries):
+        first = first_k + attempt * calls  # fresh input sets for every attempt
+        batch = [draw_set(first + i) for i in range(calls)]
         _sync(device)
         slept = (_Event(enable_timing=True), _Event(enable_timing=True))
         events = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in batch]
@@ -284,9 +286,9 @@ def device_time_per_call(fn, draw_set, device, *, first_k: int, calls: int, host
         if issued_ms < _elapsed_time(*slept):
             if on_output is not None:
                 for i, (inputs, output) in enumerate(zip(batch, outputs)):
-                    on_output(first_k + i, output, inputs)
+                    on_output(first + i, output, inputs)
             return statistics.median(_elapsed_time(begin, end) for begin, end in events)
-        del outputs
+        del outputs, batch
         wait_ms = max(2.0 * wait_ms, 2.0 * issued_ms)
     return None
 
