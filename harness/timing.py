@@ -158,6 +158,18 @@ def time_calls(fn, draw_set, device, *, budget_s=2.0, min_reps=10, max_reps=2000
             gc.enable()
 
 
+def _issue_timed(fn, batch: list, flush) -> tuple:
+    """Queue one timed call per input set: flush, begin event, call, end event. Returns (outputs, events)."""
+    events = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in batch]
+    outputs = []
+    for inputs, (begin, end) in zip(batch, events):
+        flush()
+        _event_record(begin)
+        outputs.append(fn(*inputs))
+        _event_record(end)
+    return outputs, events
+
+
 def _timed_batches(fn, draw_set, device, flush, budget_s, min_reps, max_reps, sets_per_batch, target_se_pct,
                    on_output):
     is_cuda = flush is not None
@@ -167,15 +179,9 @@ def _timed_batches(fn, draw_set, device, flush, budget_s, min_reps, max_reps, se
         batch = [draw_set(k + i) for i in range(sets_per_batch)]
         _sync(device)
         if is_cuda:
-            events = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in batch]
             if _device_sleep is not None:
                 _device_sleep(BATCH_START_WAIT_CYCLES)
-            outputs = []
-            for inputs, (begin, end) in zip(batch, events):
-                flush()
-                _event_record(begin)
-                outputs.append(fn(*inputs))
-                _event_record(end)
+            outputs, events = _issue_timed(fn, batch, flush)
             _event_synchronize(events[-1][1])
             _sync(device)
             samples.extend(_elapsed_time(begin, end) for begin, end in events)
@@ -270,17 +276,11 @@ def device_time_per_call(fn, draw_set, device, *, first_k: int, calls: int, host
         batch = [draw_set(first + i) for i in range(calls)]
         _sync(device)
         slept = (_Event(enable_timing=True), _Event(enable_timing=True))
-        events = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in batch]
         _event_record(slept[0])
         _device_sleep(int(wait_ms * SLEEP_CYCLES_PER_MS))
         _event_record(slept[1])
         t0 = _perf_counter()
-        outputs = []
-        for inputs, (begin, end) in zip(batch, events):
-            flush()
-            _event_record(begin)
-            outputs.append(fn(*inputs))
-            _event_record(end)
+        outputs, events = _issue_timed(fn, batch, flush)
         issued_ms = (_perf_counter() - t0) * 1e3
         _sync(device)
         if issued_ms < _elapsed_time(*slept):

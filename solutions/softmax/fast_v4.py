@@ -393,6 +393,51 @@ __device__ __forceinline__ MS block_reduce_v4(MS v, MS* sc) {
     }
 }
 
+// A packed row slice (RECOMP form, below): this thread's (max, sum) pair, m in the log2 domain; a thread
+// whose units are all -inf gives (-inf, 0) with ref 0, so that 2^(-inf - ref) = 0, not NaN.
+template <typename T, int VPT>
+__device__ __forceinline__ MS packed_pair(const uint4 (&r)[VPT]) {
+    constexpr int N = 16 / (int)sizeof(T);
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        float f[N];
+        unpack_unit_rc(r[i], f);
+#pragma unroll
+        for (int k = 0; k < N; ++k) m = fmaxf(m, f[k]);
+    }
+    const bool empty = m == -INFINITY;
+    const float ref = empty ? 0.f : m * kLog2e;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        float f[N];
+        unpack_unit_rc(r[i], f);
+#pragma unroll
+        for (int k = 0; k < N; ++k) s += ex2(fmaf(f[k], kLog2e, -ref));
+    }
+    return MS{empty ? -INFINITY : ref, s};
+}
+// y = 2^(x*log2e - ml) * inv for this thread's units u < lim of a packed slice, recomputed from r.
+template <typename T, int THREADS, int VPT>
+__device__ __forceinline__ void store_packed(T* dst, const uint4 (&r)[VPT], int lim, float ml, float inv, bool stcs) {
+    constexpr int N = 16 / (int)sizeof(T);
+    auto emit = [&](auto cs) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            const int u = i * THREADS + (int)threadIdx.x;
+            if (u < lim) {
+                float f[N];
+                unpack_unit_rc(r[i], f);
+#pragma unroll
+                for (int k = 0; k < N; ++k) f[k] = ex2(fmaf(f[k], kLog2e, -ml)) * inv;
+                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
+            }
+        }
+    };
+    if (stcs) emit(std::true_type{}); else emit(std::false_type{});
+}
+
 // Row-per-CTA softmax with the row in registers; CTA b handles rows b, b+G, b+2G, ... (G = grid;
 // grid = rows gives the classic one-row-per-CTA launch).
 //   STAGES = 0: load a row, process it.
@@ -465,40 +510,9 @@ softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int6
             };
             if (stcs) emit(std::true_type{}); else emit(std::false_type{});
         } else {
-            float m = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < VPT; ++i) {
-                float f[N];
-                unpack_unit_rc(r[i], f);
-#pragma unroll
-                for (int k = 0; k < N; ++k) m = fmaxf(m, f[k]);
-            }
-            const bool empty = m == -INFINITY;
-            const float ref = empty ? 0.f : m * kLog2e;
-            float s = 0.f;
-#pragma unroll
-            for (int i = 0; i < VPT; ++i) {
-                float f[N];
-                unpack_unit_rc(r[i], f);
-#pragma unroll
-                for (int k = 0; k < N; ++k) s += ex2(fmaf(f[k], kLog2e, -ref));
-            }
-            const MS t = block_reduce_v4<THREADS>(MS{empty ? -INFINITY : ref, s}, sc);
-            const float ml = t.m, inv = 1.f / t.s;  // all -inf row: 2^(-inf + inf) = NaN, like torch
-            auto emit = [&](auto cs) {
-#pragma unroll
-                for (int i = 0; i < VPT; ++i) {
-                    const int u = i * THREADS + (int)threadIdx.x;
-                    if (u < nu) {
-                        float f[N];
-                        unpack_unit_rc(r[i], f);
-#pragma unroll
-                        for (int k = 0; k < N; ++k) f[k] = ex2(fmaf(f[k], kLog2e, -ml)) * inv;
-                        store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
-                    }
-                }
-            };
-            if (stcs) emit(std::true_type{}); else emit(std::false_type{});
+            const MS t = block_reduce_v4<THREADS>(packed_pair<T, VPT>(r), sc);
+            // all -inf row: 2^(-inf + inf) = NaN, like torch
+            store_packed<T, THREADS, VPT>(dst, r, nu, t.m, 1.f / t.s, stcs);
             if constexpr (STAGES > 0) issue(r, next);
         }
     };
@@ -550,25 +564,7 @@ softmax_cluster_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols,
     if (flags & kLdCs) load_row_h<T, THREADS, VPT, true>(r, src, lim);
     else               load_row_h<T, THREADS, VPT, false>(r, src, lim);
 
-    float m = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        float f[N];
-        unpack_unit_rc(r[i], f);
-#pragma unroll
-        for (int k = 0; k < N; ++k) m = fmaxf(m, f[k]);
-    }
-    const bool empty = m == -INFINITY;
-    const float ref = empty ? 0.f : m * kLog2e;
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        float f[N];
-        unpack_unit_rc(r[i], f);
-#pragma unroll
-        for (int k = 0; k < N; ++k) s += ex2(fmaf(f[k], kLog2e, -ref));
-    }
-    const MS part = block_reduce_v4<THREADS>(MS{empty ? -INFINITY : ref, s}, red);
+    const MS part = block_reduce_v4<THREADS>(packed_pair<T, VPT>(r), red);
     if (threadIdx.x == 0) pub = part;
     cluster_arrive();
     cluster_wait();  // every CTA's pair is published
@@ -582,22 +578,8 @@ softmax_cluster_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols,
         t = combine(t, MS{pm, ps});
     }
     cluster_arrive();  // this CTA has read its peers' pairs
-    const float ml = t.m, inv = 1.f / t.s;  // all -inf row: 2^(-inf + inf) = NaN, like torch
-    T* dst = y + row * cols + (int64_t)first * N;
-    auto emit = [&](auto cs) {
-#pragma unroll
-        for (int i = 0; i < VPT; ++i) {
-            const int u = i * THREADS + (int)threadIdx.x;
-            if (u < lim) {
-                float f[N];
-                unpack_unit_rc(r[i], f);
-#pragma unroll
-                for (int k = 0; k < N; ++k) f[k] = ex2(fmaf(f[k], kLog2e, -ml)) * inv;
-                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
-            }
-        }
-    };
-    if (flags & kStCs) emit(std::true_type{}); else emit(std::false_type{});
+    // all -inf row: 2^(-inf + inf) = NaN, like torch
+    store_packed<T, THREADS, VPT>(y + row * cols + (int64_t)first * N, r, lim, t.m, 1.f / t.s, (flags & kStCs) != 0);
     cluster_wait();  // keep `pub` alive until every peer has read it
 }
 
