@@ -182,7 +182,9 @@ class Worker:
             batch = host_batch_check(model, [warm], self.device, expected_ms=stats.median_ms) if self.device.type == "cuda" else None
             device_ms = None
             if is_host_bound(stats.median_ms, batch):
-                device_ms = device_time_per_call(model, draw, self.device, first_k=stats.reps, calls=msg["sets_per_batch"],
+                # At most 16 calls: a longer batch of many small kernels could fill the launch queue, and the
+                # host would then wait for the device instead of running ahead of it.
+                device_ms = device_time_per_call(model, draw, self.device, first_k=stats.reps, calls=min(16, msg["sets_per_batch"]),
                                                  host_ms_per_call=batch["launch_ms_per_call"], on_output=keep)
         self._verify("timing")
         kept.extend(last_batch)
