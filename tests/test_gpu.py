@@ -20,7 +20,8 @@ GPU_SHAPES = {
 
 @pytest.mark.parametrize("problem, path", SHIPPED, ids=[f"{p}/{path.name}" for p, path in SHIPPED])
 def test_shipped_solution_passes_on_gpu(tmp_path, problem, path):
-    record = evaluate(problem, path, tmp_path, shapes=GPU_SHAPES[problem], trials=3, timeout=300, budget=0.3)
+    record = evaluate(problem, path, tmp_path, shapes=GPU_SHAPES[problem], trials=3, timeout=300, budget=0.3,
+                      host_bound_processes=2)  # the small shapes are host-bound: two processes keep that path covered
     assert record["status"] == "ok", f"{record['rule']}: {record['reason']}"
     assert record["profile"]["own_kernels"] >= 1 and record["profile"]["own_share"] > 0.5
     assert all(t["timer"] == "cuda-events" and t["median_ms"] > 0 for t in record["timings"])
