@@ -393,6 +393,56 @@ __device__ __forceinline__ MS block_reduce_v4(MS v, MS* sc) {
     }
 }
 
+// An unpacked slice (v[i][k], floats): replaced in place by e = 2^(x*log2e - ref), with ref this thread's
+// max in the log2 domain; `mine` gets the thread's (max, sum) pair. A thread whose units are all -inf is
+// `empty`: ref 0, so that 2^(-inf - ref) = 0, not NaN, and pair (-inf, 0).
+struct ThreadExp {
+    float ref;
+    bool empty;
+    MS mine;
+};
+template <int VPT, int N>
+__device__ __forceinline__ ThreadExp exp_pair(float (&v)[VPT][N]) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+#pragma unroll
+        for (int k = 0; k < N; ++k) m = fmaxf(m, v[i][k]);
+    const bool empty = m == -INFINITY;
+    const float ref = empty ? 0.f : m * kLog2e;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            v[i][k] = ex2(fmaf(v[i][k], kLog2e, -ref));
+            s += v[i][k];
+        }
+    return ThreadExp{ref, empty, MS{empty ? -INFINITY : ref, s}};
+}
+// The factor that turns this thread's e (exp_pair) into y, given the row's pair: an empty thread gets 0;
+// an all -inf row has S = 0, so 0 * inf = NaN, like torch.
+__device__ __forceinline__ float exp_scale(const ThreadExp& e, MS row) {
+    return (e.empty ? 0.f : ex2(e.ref - row.m)) * (1.f / row.s);
+}
+// y = e * scale for this thread's units u < lim of an unpacked slice.
+template <typename T, int THREADS, int VPT, int N>
+__device__ __forceinline__ void store_scaled(T* dst, const float (&v)[VPT][N], int lim, float scale, bool stcs) {
+    auto emit = [&](auto cs) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            const int u = i * THREADS + (int)threadIdx.x;
+            if (u < lim) {
+                float f[N];
+#pragma unroll
+                for (int k = 0; k < N; ++k) f[k] = v[i][k] * scale;
+                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
+            }
+        }
+    };
+    if (stcs) emit(std::true_type{}); else emit(std::false_type{});
+}
+
 // A packed row slice (RECOMP form, below): this thread's (max, sum) pair, m in the log2 domain; a thread
 // whose units are all -inf gives (-inf, 0) with ref 0, so that 2^(-inf - ref) = 0, not NaN.
 template <typename T, int VPT>
@@ -478,37 +528,9 @@ softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int6
 #pragma unroll
             for (int i = 0; i < VPT; ++i) unpack_unit(r[i], v[i]);
             if constexpr (STAGES > 0) issue(r, next);
-            float m = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < VPT; ++i)
-#pragma unroll
-                for (int k = 0; k < N; ++k) m = fmaxf(m, v[i][k]);
-            const bool empty = m == -INFINITY;  // ref 0 so that 2^(-inf - ref) = 0, not NaN
-            const float ref = empty ? 0.f : m * kLog2e;
-            float s = 0.f;
-#pragma unroll
-            for (int i = 0; i < VPT; ++i)
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    v[i][k] = ex2(fmaf(v[i][k], kLog2e, -ref));
-                    s += v[i][k];
-                }
-            const MS t = block_reduce_v4<THREADS>(MS{empty ? -INFINITY : ref, s}, sc);
-            // empty thread: factor 0; an all -inf row has S = 0 -> 0 * inf = NaN, like torch.
-            const float scale = (empty ? 0.f : ex2(ref - t.m)) * (1.f / t.s);
-            auto emit = [&](auto cs) {
-#pragma unroll
-                for (int i = 0; i < VPT; ++i) {
-                    const int u = i * THREADS + (int)threadIdx.x;
-                    if (u < nu) {
-                        float f[N];
-#pragma unroll
-                        for (int k = 0; k < N; ++k) f[k] = v[i][k] * scale;
-                        store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
-                    }
-                }
-            };
-            if (stcs) emit(std::true_type{}); else emit(std::false_type{});
+            const ThreadExp e = exp_pair(v);
+            const MS t = block_reduce_v4<THREADS>(e.mine, sc);
+            store_scaled<T, THREADS, VPT>(dst, v, nu, exp_scale(e, t), stcs);
         } else {
             const MS t = block_reduce_v4<THREADS>(packed_pair<T, VPT>(r), sc);
             // all -inf row: 2^(-inf + inf) = NaN, like torch
@@ -634,22 +656,8 @@ softmax_seg_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int
     float v[VPT][N];
 #pragma unroll
     for (int i = 0; i < VPT; ++i) unpack_unit(r[i], v[i]);
-    float m = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i)
-#pragma unroll
-        for (int k = 0; k < N; ++k) m = fmaxf(m, v[i][k]);
-    const bool empty = m == -INFINITY;  // ref 0 so that 2^(-inf - ref) = 0, not NaN
-    const float ref = empty ? 0.f : m * kLog2e;
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i)
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            v[i][k] = ex2(fmaf(v[i][k], kLog2e, -ref));
-            s += v[i][k];
-        }
-    const MS part = block_reduce_v4<THREADS>(MS{empty ? -INFINITY : ref, s}, red);
+    const ThreadExp e = exp_pair(v);
+    const MS part = block_reduce_v4<THREADS>(e.mine, red);
 
     if (threadIdx.x == 0) {
         ws[blockIdx.x] = part;  // == ws[row * P + segment]
@@ -677,22 +685,7 @@ softmax_seg_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int
         }
         t = block_reduce_v4<THREADS>(acc.pair(), red);
     }
-    // empty thread: factor 0; an all -inf row has S = 0 -> 0 * inf = NaN, like torch.
-    const float scale = (empty ? 0.f : ex2(ref - t.m)) * (1.f / t.s);
-    T* dst = y + row * cols + u0 * N;
-    auto emit = [&](auto cs) {
-#pragma unroll
-        for (int i = 0; i < VPT; ++i) {
-            const int u = i * THREADS + (int)threadIdx.x;
-            if (u < nu) {
-                float f[N];
-#pragma unroll
-                for (int k = 0; k < N; ++k) f[k] = v[i][k] * scale;
-                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
-            }
-        }
-    };
-    if (flags & kStCs) emit(std::true_type{}); else emit(std::false_type{});
+    store_scaled<T, THREADS, VPT>(y + row * cols + u0 * N, v, nu, exp_scale(e, t), (flags & kStCs) != 0);
 }
 """
 
