@@ -371,7 +371,7 @@ class Run:
             entry["host_probe_us"] = probes[0]
             if len(probes) > 1:
                 entry["process_host_probe_us"] = list(probes)
-        device = [run[3] for run in runs if len(run) > 3 and run[3] is not None]
+        device = [run[3] for run in runs if run[3] is not None]
         if device:
             entry["device_ms"] = statistics.median(device)
             if len(runs) > 1:
