@@ -10,7 +10,7 @@ base pointer, an all -inf row, a +inf row and a NaN row (NaN rows like torch), a
 of the chosen classes x cache hints on full-width and padded (narrower) rows of its class.
 Timing: the four timing shapes, triton.testing.do_bench(warmup=25, rep=100) median (L2 flushed), for the
 built files, fast_v4 (auto + knob sweep: variant, hint, CTAs/SM; 4096x393216: the register-segment
-variants with .cs stores, the two-pass variants 34-36 with four hint modes), torch eager, quack, Liger.
+variants with .cs stores), torch eager, quack, Liger.
 Each part runs in a child process restarted after a crash or hang, so one bad case cannot hide others.
 Last line: ALL CORRECT or FAILURES: ...
 """
@@ -48,13 +48,12 @@ F32, BF16 = torch.float32, torch.bfloat16
 TIMING = [("8192x16384_fp32", 8192, 16384, F32), ("32768x4096_bf16", 32768, 4096, BF16),
           ("16384x32768_bf16", 16384, 32768, BF16), ("4096x393216_fp32", 4096, 393216, F32)]
 # register variants of fast_v4 per timing class: (variant ids, width it covers, dtype)
-VARIANTS = {0: ([1, 2, 3, 4, 5, 6, 7], 16384, F32), 1: ([11, 12, 13, 14, 15, 16], 4096, BF16),
-            2: ([21, 22, 23, 24, 25, 26, 27, 28], 32768, BF16), 3: ([31, 32, 33, 34, 35, 36], 393216, F32),
+VARIANTS = {0: ([1, 2, 3, 4, 5, 6], 16384, F32), 1: ([11, 12, 13, 14, 15, 16], 4096, BF16),
+            2: ([21, 22, 23, 24, 25, 26], 32768, BF16), 3: ([31, 32, 33], 393216, F32),
             4: ([41, 42], 786432, BF16)}  # 3, 4: long rows in register segments (4: correctness only)
 MULTI_CTA_PERSISTENT = {13, 14, 15, 16}  # persistent variants with > 1 CTA/SM: sweep CTAs per SM
-L2_TWO_PASS = {34, 35, 36}  # long rows read twice, the second time from L2: also time the evict_last first pass
 AUTO = {0: 1, 1: 12, 2: 23, 3: 33, 4: 41}  # kAuto* in fast_v4.py (these also get all four hint modes)
-HINTS = {1: "plain", 2: "ldcs", 3: "stcs", 4: "cs/cs", 7: "keep+stcs", 8: "keep+cs/cs"}  # keep: evict_last
+HINTS = {1: "plain", 2: "ldcs", 3: "stcs", 4: "cs/cs"}
 # Variant classes to check and time (--classes; children inherit it through the environment).
 CLASSES = {int(c) for c in os.environ.get("BENCH_CLASSES", "0,1,2,3,4").split(",") if c}
 
@@ -107,7 +106,7 @@ def cases(quick):
         tag = str(dtype)[6:]
         n = 16 // (4 if dtype == F32 else 2)
         for v in ids:
-            hints = ((1, 3, 8) if v in L2_TWO_PASS else (1, 3)) if width > 65536 else (1,) if quick else (1, 4)
+            hints = (1, 3) if width > 65536 else (1,) if quick else (1, 4)
             for h in hints:
                 full = 64 if width > 65536 else 1000  # long rows: 64 rows are already 1.5 GB of float64 reference
                 for b, d, sp in ((full, width, False), (37, width - 3 * n, True), (3, width // 2 + n, False)):
@@ -178,10 +177,7 @@ def timing_impls(si, mods, quick):
         mk = lambda v, h, c: (lambda x: ext.softmax_fast_v4(x, v, h, c))
         out.append(("v4 auto", mk(0, 0, 0)))
         for v in VARIANTS[si][0]:
-            if TIMING[si][2] > 65536:
-                hints = (3, 4, 7, 8) if v in L2_TWO_PASS else (3,)
-            else:
-                hints = (1,) if quick else ((1, 2, 3, 4) if v == AUTO[si] else (1, 4))
+            hints = (3,) if TIMING[si][2] > 65536 else (1,) if quick else ((1, 2, 3, 4) if v == AUTO[si] else (1, 4))
             for h in hints:
                 out.append((f"v4 v{v} {HINTS[h]}", mk(v, h, 0)))
             if v in MULTI_CTA_PERSISTENT and not quick:

@@ -15,11 +15,8 @@ Rows longer than 64 KB (4096x393216) are cut into segments of one CTA's register
 segment's (max, sum) pair, counts itself in, waits for the row's other segments (their CTAs run beside
 it) and writes its part; no clusters. Misaligned / odd widths and narrow rows run v1's kernels
 (solutions/softmax/fast.py), copied verbatim.
-Variants 7, 27 and 28 (knobs only, not auto; not yet run on a GPU) split a <= 64 KB row over a 2- or 4-CTA
-cluster, quack's structure: the CTAs exchange their (max, sum) pairs through distributed shared memory.
-Variants 34-36 (knobs only, not auto; not yet run on a GPU) do long rows in two passes instead: a persistent
-grid takes work items in ticket order, first each segment's (max, sum), then, a lag later, the same segment
-again (from L2, if it is still there) to write y; no CTA holds a segment while it waits for its row.
+Tried and removed (docs/perf-notes/softmax.md; the code is in git history at c1d0edf): rows split over 2- or
+4-CTA clusters (quack's structure), and long rows in two passes with the second read from L2.
 """
 import torch
 import torch.nn as nn
@@ -563,51 +560,6 @@ softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int6
     }
 }
 
-// ================================================================ rows split over a thread-block cluster
-// quack's structure for 32-64 KB rows: each of the C CTAs of a cluster holds 1/C of one row in registers
-// (packed, as RECOMP above), reduces it to a (max, sum) pair and publishes the pair in its shared memory;
-// after one cluster barrier every CTA reads the C pairs through DSMEM in rank order (so all CTAs get the
-// same row pair) and writes its part. It arrives at a second barrier once it has read the pairs and waits on
-// it only before exiting: its own pair must stay readable until every peer has read it. The point is more,
-// smaller CTAs per SM than one CTA per row, so that a CTA's reduce-and-write phase is covered by more loads
-// in flight from the others. Numerics as the RECOMP path.
-template <typename T, int THREADS, int VPT, int MINB>
-__global__ void __launch_bounds__(THREADS, MINB)
-softmax_cluster_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int C, int upc, int flags) {
-    constexpr int N = 16 / (int)sizeof(T);
-    constexpr int NW = THREADS / 32;
-    __shared__ MS red[NW];
-    __shared__ __align__(8) MS pub;  // read as one v2.f32 through DSMEM
-    unsigned rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    const int64_t row = blockIdx.x / C;
-    const int nu = (int)(cols / N);
-    const int first = (int)rank * upc;
-    const int lim = max(0, min(upc, nu - first));
-    const uint4* src = reinterpret_cast<const uint4*>(x + row * cols) + (lim > 0 ? first : 0);
-    uint4 r[VPT];
-    if (flags & kLdCs) load_row_h<T, THREADS, VPT, true>(r, src, lim);
-    else               load_row_h<T, THREADS, VPT, false>(r, src, lim);
-
-    const MS part = block_reduce_v4<THREADS>(packed_pair<T, VPT>(r), red);
-    if (threadIdx.x == 0) pub = part;
-    cluster_arrive();
-    cluster_wait();  // every CTA's pair is published
-    MS t{-INFINITY, 0.f};
-    const uint32_t local = smem_addr(&pub);
-    for (int c = 0; c < C; ++c) {
-        uint32_t remote;
-        float pm, ps;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(c));
-        asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(pm), "=f"(ps) : "r"(remote) : "memory");
-        t = combine(t, MS{pm, ps});
-    }
-    cluster_arrive();  // this CTA has read its peers' pairs
-    // all -inf row: 2^(-inf + inf) = NaN, like torch
-    store_packed<T, THREADS, VPT>(y + row * cols + (int64_t)first * N, r, lim, t.m, 1.f / t.s, (flags & kStCs) != 0);
-    cluster_wait();  // keep `pub` alive until every peer has read it
-}
-
 // ================================================================ long rows: register segments + a handshake
 // A row longer than one CTA's registers is cut into P segments of THREADS*VPT units; CTA b holds segment
 // b % P of row b / P in registers (one read of x, as for short rows), reduces it to a (max, sum) pair,
@@ -689,110 +641,6 @@ softmax_seg_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int
         t = block_reduce_v4<THREADS>(acc.pair(), red);
     }
     store_scaled<T, THREADS, VPT>(y + row * cols + u0 * N, v, nu, exp_scale(e, t), (flags & kStCs) != 0);
-}
-
-// ================================================================ long rows: two passes, the second from L2
-// The same segments as softmax_seg_kernel, but a CTA never holds a segment while it waits for its row. The
-// work is 2*S items (S = rows*P segments), handed out in order by one global ticket to a persistent grid:
-//   STATS(j) reads segment j from HBM and publishes its (max, sum) pair (and counts it in its row);
-//   NORM(j) reads segment j again, merges its row's P pairs and writes y.
-// Order: STATS(0..lag-1), then STATS(lag+i) and NORM(i) alternately, then the last NORMs. NORM(j) is handed out
-// about 2*(lag - P) tickets after the last STATS of its row; with that above the CTAs in flight, its row's pairs
-// are in by then and nobody waits. The second read hits L2 when the ~lag segments read in between (12-25 MB)
-// have not evicted it, so HBM sees one read and one write, as with the registers-only kernels.
-// Progress: tickets are claimed in increasing order (a CTA claims its next one while it works on the current
-// one) and a NORM waits only for STATS with smaller tickets, which never wait; so the smallest unfinished
-// ticket can always run, without any co-residency assumption. The wait keeps the segment kernel's timeout
-// rescue all the same.
-constexpr int kLdKeep = 4;  // flags bit 2: STATS loads ask L2 to keep their lines (evict_last policy)
-
-template <int THREADS, int VPT>
-__device__ __forceinline__ void load_row_keep(uint4 (&r)[VPT], const uint4* src, int lim, uint32_t fill) {
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        const int u = i * THREADS + (int)threadIdx.x;
-        r[i] = make_uint4(fill, fill, fill, fill);
-        asm volatile("{\n .reg .pred p;\n setp.lt.s32 p, %4, %5;\n"
-                     " @p ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%6], %7;\n}"
-                     : "+r"(r[i].x), "+r"(r[i].y), "+r"(r[i].z), "+r"(r[i].w)
-                     : "r"(u), "r"(lim), "l"(src + u), "l"(policy));
-    }
-}
-
-// Ticket t -> segment j; true for STATS(j), false for NORM(j). Needs lag <= S.
-__device__ __forceinline__ bool l2_item(int64_t t, int64_t S, int64_t lag, int64_t& j) {
-    if (t < lag) { j = t; return true; }
-    const int64_t k = t - lag, mid = 2 * (S - lag);
-    if (k < mid) { j = (k & 1) ? (k >> 1) : lag + (k >> 1); return (k & 1) == 0; }
-    j = S - lag + (k - mid);
-    return false;
-}
-
-template <typename T, int THREADS, int VPT, int MINB>
-__global__ void __launch_bounds__(THREADS, MINB)
-softmax_l2_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int P, int64_t S, int64_t lag,
-                  MS* __restrict__ ws, unsigned* __restrict__ cnt, unsigned long long* __restrict__ ticket, int flags) {
-    constexpr int N = 16 / (int)sizeof(T);
-    constexpr int NW = THREADS / 32;
-    static_assert(NW > 1, "every item needs a block barrier (it publishes the next ticket)");
-    // Double-buffered by iteration parity: every iteration has a block barrier, so a buffer written in
-    // iteration i+2 is never one that a slower warp still reads for iteration i.
-    __shared__ MS red[2][NW];
-    __shared__ long long tk[2];
-    __shared__ int rescue[2];
-    const int64_t nu_row = cols / N;
-    if (threadIdx.x == 0) tk[0] = (long long)atomicAdd(ticket, 1ull);
-    __syncthreads();
-    for (int it = 0;; ++it) {
-        const int b = it & 1;
-        const int64_t t = tk[b];
-        if (t >= 2 * S) break;
-        int64_t j;
-        const bool stats = l2_item(t, S, lag, j);
-        const int64_t row = j / P;
-        const int64_t u0 = (j - row * P) * (THREADS * VPT);
-        const int nu = (int)min((int64_t)(THREADS * VPT), nu_row - u0);
-        const uint4* src = reinterpret_cast<const uint4*>(x + row * cols) + u0;
-        uint4 r[VPT];
-        if (stats && (flags & kLdKeep)) load_row_keep<THREADS, VPT>(r, src, nu, NegInfBits<T>::v);
-        else if (!stats && (flags & kLdCs)) load_row_h<T, THREADS, VPT, true>(r, src, nu);
-        else load_row_h<T, THREADS, VPT, false>(r, src, nu);
-        if (threadIdx.x == 0) tk[b ^ 1] = (long long)atomicAdd(ticket, 1ull);  // while the loads fly
-        if (stats) {
-            const MS part = block_reduce_v4<THREADS>(packed_pair<T, VPT>(r), red[b]);
-            if (threadIdx.x == 0) {
-                ws[j] = part;
-                __threadfence();  // the pair is visible before the count that announces it
-                atomicAdd(cnt + row, 1u);
-            }
-            continue;
-        }
-        if (threadIdx.x == 0) rescue[b] = wait_count(cnt + row, (unsigned)P) ? 0 : 1;
-        __syncthreads();
-        MS tr;
-        if (!rescue[b]) {  // every warp merges the P pairs itself, as in softmax_seg_kernel
-            const MS* wr = ws + row * P;
-            MS p{-INFINITY, 0.f};
-            for (int i = threadIdx.x & 31; i < P; i += 32) {
-                const float2 q = __ldcg(reinterpret_cast<const float2*>(wr + i));
-                p = combine(p, MS{q.x, q.y});
-            }
-            tr = group_reduce<32>(p);
-        } else {
-            const T* xr = x + row * cols;
-            Acc acc;
-            for (int64_t u = threadIdx.x; u < nu_row; u += THREADS) {
-                float f[N];
-                load_unit(xr + u * N, f);
-                acc.add(f);
-            }
-            tr = block_reduce_v4<THREADS>(acc.pair(), red[b]);
-        }
-        // all -inf row: 2^(-inf + inf) = NaN, like torch
-        store_packed<T, THREADS, VPT>(y + row * cols + u0 * N, r, nu, tr.m, 1.f / tr.s, (flags & kStCs) != 0);
-    }
 }
 """
 
@@ -898,29 +746,6 @@ _v4_host_src = r"""
 //   id: dtype, THREADS, VPT (16-byte units per thread), MINB (launch-bounds min CTAs/SM), STAGES, RECOMP,
 //       persistent (grid = CTAs that fit, rows strided) or one CTA per row.
 // A variant covers rows of up to THREADS*VPT units; it refuses (TORCH_CHECK) anything else.
-// Variants 7, 27, 28 are softmax_cluster_kernel instead (launch_cluster_t): up to C*THREADS*VPT units.
-// CTAs of `kernel` (THREADS threads, no dynamic shared memory) that the whole GPU runs at once, at most
-// ctas_per_sm (0 = no limit) per SM: the grid of a persistent launch. Queried once per kernel.
-template <typename K>
-static int64_t resident_ctas(K kernel, int threads, int ctas_per_sm) {
-    static std::map<const void*, int> occupancy;
-    auto it = occupancy.find((const void*)kernel);
-    if (it == occupancy.end()) {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess) n = 1;
-        (void)cudaGetLastError();
-        it = occupancy.emplace((const void*)kernel, std::max(n, 1)).first;
-    }
-    const int per = ctas_per_sm > 0 ? std::min(ctas_per_sm, it->second) : it->second;
-    static int sms = 0;
-    if (sms <= 0) {
-        int dev = 0;
-        C10_CUDA_CHECK(cudaGetDevice(&dev));
-        C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return (int64_t)per * std::max(sms, 1);
-}
-
 template <typename T, int THREADS, int VPT, int MINB, int STAGES, bool RECOMP>
 static void launch_v4_t(const T* x, T* y, int64_t rows, int64_t cols, bool persist, int ctas_per_sm, int flags,
                         cudaStream_t stream) {
@@ -929,8 +754,23 @@ static void launch_v4_t(const T* x, T* y, int64_t rows, int64_t cols, bool persi
     auto kernel = softmax_v4_kernel<T, THREADS, VPT, MINB, STAGES, RECOMP>;
     int64_t grid = rows;
     if (persist) {
-        const int64_t rpc = ceil_div(rows, resident_ctas(kernel, THREADS, ctas_per_sm));  // rows per CTA
-        grid = ceil_div(rows, rpc);  // then as few CTAs as give that
+        static int occ = -1;  // CTAs per SM, per instantiation (queried once)
+        if (occ < 0) {
+            int n = 0;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, THREADS, 0) != cudaSuccess) n = 1;
+            (void)cudaGetLastError();
+            occ = std::max(n, 1);
+        }
+        const int per = ctas_per_sm > 0 ? std::min(ctas_per_sm, occ) : occ;
+        static int sms = 0;
+        if (sms <= 0) {
+            int dev = 0;
+            C10_CUDA_CHECK(cudaGetDevice(&dev));
+            C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        }
+        const int64_t slots = (int64_t)per * std::max(sms, 1);
+        const int64_t rpc = ceil_div(rows, slots);  // rows per CTA; then as few CTAs as give that
+        grid = ceil_div(rows, rpc);
     }
     TORCH_CHECK(grid <= INT32_MAX, "softmax_fast_v4: too many rows");
     kernel<<<(unsigned)grid, THREADS, 0, stream>>>(x, y, rows, cols, flags);
@@ -955,52 +795,6 @@ static void launch_seg_t(const T* x, T* y, int64_t rows, int64_t cols, int flags
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Long rows in two passes through L2 (softmax_l2_kernel): a persistent grid, lag = lag_halves/2 grids + 2P
-// segments (so that the last STATS of a row is done long before its first NORM is handed out). The
-// workspace holds the pairs; one zeroed buffer holds the 64-bit ticket and the per-row counters.
-template <typename T, int THREADS, int VPT, int MINB>
-static void launch_l2_t(const T* x, T* y, int64_t rows, int64_t cols, int lag_halves, int ctas_per_sm, int flags,
-                        const torch::TensorOptions& opt, cudaStream_t stream) {
-    constexpr int N = 16 / (int)sizeof(T);
-    TORCH_CHECK(cols % N == 0, "softmax_fast_v4: segment variants need rows of whole 16-byte units");
-    const int64_t P = ceil_div(cols / N, (int64_t)THREADS * VPT);
-    TORCH_CHECK(P <= INT32_MAX, "softmax_fast_v4: too many row segments");
-    const int64_t S = rows * P;
-    auto kernel = softmax_l2_kernel<T, THREADS, VPT, MINB>;
-    const int64_t grid = std::min(S, resident_ctas(kernel, THREADS, ctas_per_sm));
-    const int64_t lag = std::min(S, grid * lag_halves / 2 + 2 * P);
-    auto ws = torch::empty({S * 2}, opt.dtype(torch::kFloat32));
-    auto zeroed = torch::zeros({rows + 2}, opt.dtype(torch::kInt32));  // [0, 2): the ticket; then the counters
-    auto* ticket = reinterpret_cast<unsigned long long*>(zeroed.data_ptr<int32_t>());
-    kernel<<<(unsigned)grid, THREADS, 0, stream>>>(x, y, cols, (int)P, S, lag, reinterpret_cast<MS*>(ws.data_ptr<float>()),
-                                                  reinterpret_cast<unsigned*>(zeroed.data_ptr<int32_t>()) + 2, ticket, flags);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-// Rows split over a cluster of C CTAs (softmax_cluster_kernel): upc = ceil(units / C) units per CTA.
-template <typename T, int THREADS, int VPT, int MINB>
-static void launch_cluster_t(const T* x, T* y, int64_t rows, int64_t cols, int C, int flags, cudaStream_t stream) {
-    constexpr int N = 16 / (int)sizeof(T);
-    TORCH_CHECK(cols % N == 0, "softmax_fast_v4: cluster variants need rows of whole 16-byte units");
-    const int64_t upc = ceil_div(cols / N, (int64_t)C);
-    TORCH_CHECK(upc <= (int64_t)THREADS * VPT, "softmax_fast_v4: variant does not cover this row");
-    TORCH_CHECK(rows * C <= INT32_MAX, "softmax_fast_v4: too many rows");
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(rows * C));
-    cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)C;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, softmax_cluster_kernel<T, THREADS, VPT, MINB>, x, y, cols, C, (int)upc, flags));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
 // Auto choices (variant 0 / hint 0), per row class. Edit after the bench sweep.
 // Measured best on the H200 (benchmarks/bench_softmax_v4.py --quick, 2026-11-30): 0.2625 / 0.1344 / 0.5326 ms.
 constexpr int kAutoF32_16K = 1, kAutoBf16_4K = 12, kAutoBf16_32K = 23;
@@ -1011,8 +805,8 @@ constexpr int kAutoHint = 1;  // 1 = plain loads + plain stores (Liger's choice)
 
 // hint knob: 0 = auto, 1 = plain/plain, 2 = ld.cs/plain, 3 = plain/st.cs, 4 = ld.cs/st.cs
 static int hint_flags(int hint) {
-    if (hint <= 0 || hint > 8) hint = kAutoHint;
-    return hint - 1;  // bit 0 = ld.cs, bit 1 = st.cs, bit 2 = evict_last (the first pass of variants 34-36 only)
+    if (hint <= 0 || hint > 4) hint = kAutoHint;
+    return hint - 1;  // bit 0 = ld.cs, bit 1 = st.cs
 }
 
 // Returns false if the variant id is unknown for this dtype.
@@ -1025,15 +819,10 @@ static bool run_variant_f32(int v, const float* x, float* y, int64_t rows, int64
         case 4: launch_v4_t<float, 512, 8, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 1 ahead
         case 5: launch_v4_t<float, 512, 8, 1, 2, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 2 ahead
         case 6: launch_v4_t<float, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
-        case 7: launch_cluster_t<float, 256, 8, 4>(x, y, rows, cols, 2, fl, s); return true;                 // 2-CTA cluster/row, 4 CTA/SM
         // rows > 16384 fp32: segments of THREADS*VPT*4 floats
         case 31: launch_seg_t<float, 512, 8, 2>(x, y, rows, cols, fl, o, s); return true;   // 64 KB, 2 CTA/SM
         case 32: launch_seg_t<float, 256, 8, 4>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 4 CTA/SM
         case 33: launch_seg_t<float, 512, 6, 3>(x, y, rows, cols, fl, o, s); return true;   // 48 KB, 3 CTA/SM
-        // the same segments in two passes through L2 (softmax_l2_kernel), lag in half grids
-        case 34: launch_l2_t<float, 512, 6, 3>(x, y, rows, cols, 2, cps, fl, o, s); return true;  // 48 KB, lag 1 grid
-        case 35: launch_l2_t<float, 512, 8, 2>(x, y, rows, cols, 2, cps, fl, o, s); return true;  // 64 KB, lag 1 grid
-        case 36: launch_l2_t<float, 256, 8, 4>(x, y, rows, cols, 2, cps, fl, o, s); return true;  // 32 KB, lag 1 grid
         default: return false;
     }
 }
@@ -1055,8 +844,6 @@ static bool run_variant_bf16(int v, const __nv_bfloat16* x, __nv_bfloat16* y, in
         case 24: launch_v4_t<B, 512, 8, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 1 ahead
         case 25: launch_v4_t<B, 512, 8, 1, 2, true>(x, y, rows, cols, true, cps, fl, s); return true;     // persistent, recompute
         case 26: launch_v4_t<B, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
-        case 27: launch_cluster_t<B, 256, 8, 4>(x, y, rows, cols, 2, fl, s); return true;                  // 2-CTA cluster/row, 4 CTA/SM
-        case 28: launch_cluster_t<B, 128, 8, 8>(x, y, rows, cols, 4, fl, s); return true;                  // 4-CTA cluster/row, 8 CTA/SM
         // rows > 32768 bf16: segments of THREADS*VPT*8 bf16 (kept as floats: 32 per thread)
         case 41: launch_seg_t<B, 512, 4, 2>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 2 CTA/SM
         case 42: launch_seg_t<B, 256, 4, 4>(x, y, rows, cols, fl, o, s); return true;   // 16 KB, 4 CTA/SM
