@@ -136,8 +136,9 @@ def render_markdown(board: dict) -> str:
             if any(t.get("host_bound") for t in timings):
                 out += ["", f"† host-bound: issuing the call (its launches, or a synchronisation inside it) took at least "
                             f"{HOST_BOUND:.0%} of its", "median, so the figure measures the host CPU as much as the GPU; on the H200 "
-                            "machine such figures moved by", "10-40% between processes and up to 25% between runs, even as medians "
-                            "over processes (`docs/perf-notes.md`).", "Compare them within one run only."]
+                            "machine such figures moved by", "up to 3x between processes and up to 60% between runs, even as medians "
+                            "over processes, while their device time repeated within 0.5% (`docs/perf-notes.md`).",
+                            "Compare them within one run only."]
                 if any((t.get("processes") or 1) > 1 for t in timings if t.get("host_bound")):
                     out.append("Those marked (N processes) were timed in N fresh processes; the figure is the median of their medians.")
                 if any(t.get("device_ms") for t in timings if t.get("host_bound")):
