@@ -136,7 +136,7 @@ def render_markdown(board: dict) -> str:
             if any(t.get("host_bound") for t in timings):
                 out += ["", f"† host-bound: issuing the call (its launches, or a synchronisation inside it) took at least "
                             f"{HOST_BOUND:.0%} of its", "median, so the figure measures the host CPU as much as the GPU; on the H200 "
-                            "machine such figures moved by", "up to 3x between processes and up to 60% between runs, even as medians "
+                            "machine such figures moved by", "up to 3.1x between processes and up to 60% between runs, even as medians "
                             "over processes, while their device time repeated within 0.5% (`docs/perf-notes.md`).",
                             "Compare them within one run only."]
                 if any((t.get("processes") or 1) > 1 for t in timings if t.get("host_bound")):
