@@ -62,7 +62,8 @@ def load_module(name):
     """Imports solutions/softmax/<name>.py, built in the harness's build directory (reused when
     `python3 -m harness build` already built it)."""
     path = os.path.join(ROOT, "solutions", "softmax", f"{name}.py")
-    sys.path.insert(0, ROOT)
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
     from harness.build import prepare_build_env
     prepare_build_env(Path(path), "softmax")
     spec = importlib.util.spec_from_file_location(f"softmax_{name}", path)

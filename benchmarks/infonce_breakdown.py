@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-B, N, T = 256, 2560, 0.1
+B, N = 256, 2560
 DIMS = (8, 32, 64, 128, 256, 512, 1024)
 
 
