@@ -10,6 +10,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.problem import available_problems, find_problem  # noqa: E402
+from harness.runner import Config  # noqa: E402
 from harness.timing import sets_per_batch, time_calls  # noqa: E402
 
 
@@ -17,6 +18,7 @@ def main():
     import triton.testing
 
     device = torch.device("cuda")
+    config = Config()  # the time budget and input-memory budget `make eval` uses
     rows = []
     for name in sys.argv[1:] or available_problems():
         problem = find_problem(name)
@@ -27,7 +29,8 @@ def main():
                 for _ in range(3):
                     model(*inputs)
                 ours = time_calls(model, lambda k: problem.make_inputs(shape, 100 + k, device), device,
-                                  budget_s=2.0, sets_per_batch=sets_per_batch(problem.bytes_moved(shape), 24e9))
+                                  budget_s=config.budget_s,
+                                  sets_per_batch=sets_per_batch(problem.bytes_moved(shape), config.memory_budget_bytes))
                 theirs = triton.testing.do_bench(lambda: model(*inputs), warmup=50, rep=300, return_mode="median")
             ratio = ours.median_ms / theirs
             rows.append({"problem": name, "shape": shape.name, "harness_ms": ours.median_ms, "do_bench_ms": theirs,
