@@ -6,7 +6,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 mkdir -p "$here/bin" "$here/gen"
-for v in v3 v5; do python3 "$here/extract_src.py" "$root/solutions/cross_entropy/fast_$v.py" "$here/gen/ce_$v.cuh"; done
+python3 "$here/extract_src.py" "$root/solutions/cross_entropy/fast_v3.py" "$here/gen/ce_v3.cuh"
 for src in "$here"/*.cu; do
     name=$(basename "$src" .cu)
     "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -cudart static -lineinfo \
