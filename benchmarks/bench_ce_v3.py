@@ -45,9 +45,9 @@ SHAPES = [
 # flags bit 0 = no L2 evict_first hint, bit 1 = no proxy fence before a refill.
 # Flags 1 (no hint) has been the default since the first sweep (the hint cost 2-4%), so every ring is timed with it.
 SWEEP = [
-    (3, 4096, 8, 1),    # default: 96 KB/CTA, 2 CTAs/SM, 16 warps/SM
-    (3, 4096, 8, 3),    # default without the proxy fence too
-    (3, 4096, 8, 0),    # default with the evict_first hint (the first version)
+    (3, 4096, 8, 1),    # the first default: 96 KB/CTA, 2 CTAs/SM, 16 warps/SM
+    (3, 4096, 8, 3),    # the first default without the proxy fence too
+    (3, 4096, 8, 0),    # the first default with the evict_first hint (the first version)
     (6, 2048, 8, 1),    # 96 KB, finer refills
     (2, 6144, 8, 1),    # 96 KB, two 6 KB copies per warp
     (4, 2048, 8, 1),    # 64 KB, 3 CTAs/SM, 24 warps/SM
@@ -56,7 +56,8 @@ SWEEP = [
     (5, 4096, 4, 1),    # 80 KB, 2 CTAs/SM, 8 warps/SM, 20 KB per warp
     (6, 4096, 4, 1),    # 96 KB, 2 CTAs/SM, 8 warps/SM, 24 KB per warp
     (3, 8192, 4, 1),    # 96 KB, 2 CTAs/SM, 8 warps/SM
-    (2, 8192, 8, 1),    # 128 KB, 1 CTA/SM
+    (2, 8192, 8, 1),    # 128 KB, 1 CTA/SM: the default since the sixth session (benchmarks/standalone)
+    (2, 8192, 8, 3),    # the default without the proxy fence
     (3, 4096, 16, 1),   # 192 KB, 1 CTA/SM, 16 warps
     (3, 16384, 2, 1),   # 96 KB, 2 CTAs/SM, 4 warps/SM, 16 KB copies
 ]

@@ -1,7 +1,10 @@
 """The benchmark scripts run only on a GPU machine, where a typo costs device time: each must at least
 parse (Python) or pass `bash -n` (the session script) here."""
 import ast
+import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,3 +21,41 @@ def test_benchmark_script_parses(path):
 def test_device_session_script_is_valid_bash():
     result = subprocess.run(["bash", "-n", str(BENCH / "device_session.sh")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+STANDALONE = BENCH / "standalone"
+
+
+def test_extract_src_writes_the_shipped_device_code(tmp_path):
+    """The standalone bench compiles fast_v3's own kernel string: the extractor must hand over that
+    string exactly (device code, no torch headers), or fail loudly on a file without one."""
+    out = tmp_path / "ce_v3.cuh"
+    solution = BENCH.parent / "solutions" / "cross_entropy" / "fast_v3.py"
+    subprocess.run([sys.executable, str(STANDALONE / "extract_src.py"), str(solution), str(out)], check=True)
+    text = out.read_text()
+    assert "ce_v3_kernel" in text and "namespace ce_v3" in text
+    assert "torch/extension.h" not in text
+
+    no_kernel = tmp_path / "plain.py"
+    no_kernel.write_text("x = 1\n")
+    result = subprocess.run([sys.executable, str(STANDALONE / "extract_src.py"), str(no_kernel), str(tmp_path / "o")],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "no _kernel_src" in result.stderr
+
+
+def _nvcc():
+    return shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed")
+def test_standalone_bench_builds_against_the_shipped_kernel(tmp_path):
+    """Device time is scarce: the binary carried to the GPU must build here, from today's fast_v3 source,
+    with no register spills in the kernel it times."""
+    result = subprocess.run(["bash", str(STANDALONE / "build.sh"), str(tmp_path)], capture_output=True, text=True,
+                            env={**os.environ, "NVCC": _nvcc()})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "ce_stream").stat().st_size > 0
+    report = (tmp_path / "ce_stream.ptxas.txt").read_text()
+    assert "ce_v3_kernel" in report and "bytes spill stores" in report
+    spills = [line for line in report.splitlines() if "spill stores" in line and " 0 bytes spill stores" not in line]
+    assert not spills, spills
