@@ -1,5 +1,5 @@
 """The benchmark scripts run only on a GPU machine, where a typo costs device time: each must at least
-parse (Python) or pass `bash -n` (the session script) here."""
+parse (Python) or pass `bash -n` (the session script) here, and the standalone nvcc bench must build."""
 import ast
 import os
 import shutil
