@@ -416,8 +416,7 @@ torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets,
 
     // Defaults: 8 warps x 2 stages x 8 KB (128 KB, one CTA per SM). On the H200 that beat the first
     // default (3 x 4 KB, two CTAs per SM) by 1.2-3.5% at all four timing shapes (benchmarks/standalone,
-    // 2026-12-01; docs/perf-notes/cross_entropy.md, sixth session): fewer rows streamed side by side, with
-    // bigger copies.
+    // 2026-12-01): fewer rows streamed side by side, with bigger copies.
     const int S = stages > 0 ? static_cast<int>(stages) : 2;
     const int64_t CB = chunk_bytes > 0 ? chunk_bytes : 8192;
     const int W = warps_per_cta > 0 ? static_cast<int>(warps_per_cta) : 8;
