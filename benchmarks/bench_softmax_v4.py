@@ -16,7 +16,6 @@ Last line: ALL CORRECT or FAILURES: ...
 """
 import argparse
 import functools
-import importlib.util
 import math
 import os
 import queue
@@ -61,15 +60,13 @@ CLASSES = {int(c) for c in os.environ.get("BENCH_CLASSES", "0,1,2,3,4").split(",
 def load_module(name):
     """Imports solutions/softmax/<name>.py, built in the harness's build directory (reused when
     `python3 -m harness build` already built it)."""
-    path = os.path.join(ROOT, "solutions", "softmax", f"{name}.py")
+    path = Path(ROOT, "solutions", "softmax", f"{name}.py")
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     from harness.build import prepare_build_env
-    prepare_build_env(Path(path), "softmax")
-    spec = importlib.util.spec_from_file_location(f"softmax_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from harness.problem import load_module as import_file
+    prepare_build_env(path, "softmax")
+    return import_file(path, f"softmax_{name}")
 
 
 def draw(batch, dim, dtype, seed, special=False, misalign=False):

@@ -7,7 +7,6 @@ medians. For scale it also times an empty-ish launch (one add_ on a one-element 
 triton.testing.do_bench medians (L2 flushed before each call), fresh normalised inputs per D.
 Usage: python3 benchmarks/infonce_breakdown.py
 """
-import importlib.util
 import statistics
 import sys
 from pathlib import Path
@@ -24,12 +23,10 @@ DIMS = (8, 32, 64, 128, 256, 512, 1024)
 def load(path: Path):
     """Imports a solution file, built in the harness's build directory (reused after `harness build`)."""
     from harness.build import prepare_build_env
+    from harness.problem import load_module
 
     prepare_build_env(path, path.parent.name)
-    spec = importlib.util.spec_from_file_location(path.stem + "_breakdown", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(path, path.stem + "_breakdown")
 
 
 def inputs(d: int, seed: int):

@@ -11,7 +11,6 @@ If fast_v4 drops to ~77% at 98304x16384 the cause is the tensor's size (TLB reac
 the 3.4 ms goal is a size problem; if it holds ~97%, the long-row kernels leave bandwidth unused.
 Usage: python3 benchmarks/probe_size.py   (prints one line per case)
 """
-import importlib.util
 import statistics
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from harness.build import prepare_build_env  # noqa: E402
+from harness.problem import load_module  # noqa: E402
 
 DEV = torch.device("cuda")
 FLUSH = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device=DEV)
@@ -30,10 +30,7 @@ COPY_BW = 4.24e12
 def solution(name: str):
     path = ROOT / "solutions" / "softmax" / f"{name}.py"
     prepare_build_env(path, "softmax")
-    spec = importlib.util.spec_from_file_location(f"probe_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.ModelNew()
+    return load_module(path, f"probe_{name}").ModelNew()
 
 
 def timed(fn, inputs: list, reps: int) -> float:
