@@ -3,17 +3,18 @@
 Targets the timing shapes with rows <= 64 KB (8192x16384 fp32, 32768x4096 bf16, 16384x32768 bf16).
 Every row lives in REGISTERS of one CTA (no clusters, no shared-memory copy of the row):
   * thread t holds units u = i*THREADS + t (16-byte loads, coalesced), all issued back to back;
-  * thread max -> e = 2^(x*log2e - ref_t) (one ex2 per element; or, RECOMP, recomputed from the packed
-    bf16 row at the end: half the registers, two ex2 per element) -> one block reduction of
-    (max, sum) pairs (max by shuffles first, then a single rescale and a plain sum) -> scaled stores;
+  * thread max -> e = 2^(x*log2e - ref_t) (one ex2 per element; for bf16 rows, e is kept as fp16 pairs in
+    the packed row's registers (HALF_E), or, RECOMP, recomputed from the packed row at the end: two ex2 per
+    element) -> one block reduction of (max, sum) pairs (max by shuffles first, then a single rescale and
+    a plain sum) -> scaled stores;
   * PERSISTENT variants: grid = the CTAs that fit; each CTA strides over rows and issues the next
     row's loads (STAGES rows ahead) before the current row's reduction and stores, so per-row fixed
     costs and load latency overlap (matters most for 8 KB rows);
   * cache hints (plain vs ld.global.cs / st.global.cs), threads per row, CTAs per SM are knobs:
     softmax_fast_v4(x, variant, hint, ctas_per_sm), 0 = auto. benchmarks/bench_softmax_v4.py sweeps them.
-Rows longer than 64 KB (4096x393216) are cut into segments of one CTA's registers: each CTA publishes its
-segment's (max, sum) pair, counts itself in, waits for the row's other segments (their CTAs run beside
-it) and writes its part; no clusters. Misaligned / odd widths and narrow rows run v1's kernels
+Rows longer than 64 KB (4096x393216) are cut into segments of one CTA's registers (fp32: 128 threads x 36
+16-byte units = 72 KB, 3 CTAs/SM): each CTA publishes its segment's (max, sum) pair, counts itself in, waits
+for the row's other segments (their CTAs run beside it) and writes its part; no clusters. Misaligned / odd widths and narrow rows run v1's kernels
 (solutions/softmax/fast.py), copied verbatim.
 Tried and removed (docs/perf-notes/softmax.md; the code is in git history at c1d0edf): rows split over 2- or
 4-CTA clusters (quack's structure), and long rows in two passes with the second read from L2.
@@ -488,6 +489,76 @@ __device__ __forceinline__ void store_packed(T* dst, const uint4 (&r)[VPT], int 
     if (stcs) emit(std::true_type{}); else emit(std::false_type{});
 }
 
+// bf16 rows, HALF_E form: the packed row r is replaced in place by e = 2^(x*log2e - ref), computed in fp32
+// and kept as fp16 pairs (ref = this thread's max in the log2 domain, so 0 < e <= 1). One ex2 per element,
+// where RECOMP needs two, in the registers of the packed row. Precision: fp16 keeps 11 significant bits,
+// 4x finer than y's bf16, and its subnormals reach 2^-24, so storing e adds at most 2^-12 relative (or
+// 3e-8 absolute) to y before y's own bf16 rounding (2^-9). The sum s is taken from the fp32 values.
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+    uint32_t h;
+    asm volatile("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(hi), "f"(lo));  // volatile: keeps the e pass in order (fewer live floats)
+    return h;
+}
+__device__ __forceinline__ void unpack_f16x2(uint32_t h, float& lo, float& hi) {
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}"
+        : "=f"(lo), "=f"(hi) : "r"(h));
+}
+__device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t w) { return *reinterpret_cast<__nv_bfloat162*>(&w); }
+template <int VPT>
+__device__ __forceinline__ ThreadExp half_exp_pair(uint4 (&r)[VPT]) {
+    // The max on packed pairs (bf16 max is exact): unpacking here as well would let ptxas keep all the
+    // unpacked floats for the e pass below, which spills.
+    __nv_bfloat162 mx = as_bf162(r[0].x);
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        mx = __hmax2(mx, as_bf162(r[i].x));
+        mx = __hmax2(mx, as_bf162(r[i].y));
+        mx = __hmax2(mx, as_bf162(r[i].z));
+        mx = __hmax2(mx, as_bf162(r[i].w));
+    }
+    const float m = fmaxf(__low2float(mx), __high2float(mx));
+    const bool empty = m == -INFINITY;
+    const float ref = empty ? 0.f : m * kLog2e;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        float f[8];
+        unpack_unit_rc(r[i], f);
+        uint32_t h[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float a = ex2(fmaf(f[2 * q], kLog2e, -ref)), b = ex2(fmaf(f[2 * q + 1], kLog2e, -ref));
+            s += a;
+            s += b;
+            h[q] = pack_f16x2(a, b);
+        }
+        r[i] = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+    return ThreadExp{ref, empty, MS{empty ? -INFINITY : ref, s}};
+}
+// y = e * scale for this thread's units u < lim, e as fp16 pairs (half_exp_pair).
+template <typename T, int THREADS, int VPT>
+__device__ __forceinline__ void store_half_e(T* dst, const uint4 (&r)[VPT], int lim, float scale, bool stcs) {
+    auto emit = [&](auto cs) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            const int u = i * THREADS + (int)threadIdx.x;
+            if (u < lim) {
+                const uint32_t w[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
+                float f[8];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    unpack_f16x2(w[q], f[2 * q], f[2 * q + 1]);
+                    f[2 * q] *= scale;
+                    f[2 * q + 1] *= scale;
+                }
+                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * 8, f);
+            }
+        }
+    };
+    if (stcs) emit(std::true_type{}); else emit(std::false_type{});
+}
+
 // Row-per-CTA softmax with the row in registers; CTA b handles rows b, b+G, b+2G, ... (G = grid;
 // grid = rows gives the classic one-row-per-CTA launch).
 //   STAGES = 0: load a row, process it.
@@ -498,10 +569,13 @@ __device__ __forceinline__ void store_packed(T* dst, const uint4 (&r)[VPT], int 
 //     right after unpacking, so the refill goes out before the reduction.
 //   RECOMP = true (for bf16: keeps only the packed row, half the registers): y = 2^(x*log2e - M) / S
 //     recomputed from the packed row (2 ex2/element); the refill goes out after the stores.
+//   HALF_E = true (bf16 only, STAGES = 0): e kept as fp16 pairs in the packed row's registers
+//     (half_exp_pair): one ex2 per element in RECOMP's registers.
 // Numerics as v1/v2: log2-domain max and sum; an all -inf row gives NaN (S = 0), NaN / +inf propagate.
-template <typename T, int THREADS, int VPT, int MINB, int STAGES, bool RECOMP>
+template <typename T, int THREADS, int VPT, int MINB, int STAGES, bool RECOMP, bool HALF_E = false>
 __global__ void __launch_bounds__(THREADS, MINB)
 softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int flags) {
+    static_assert(!HALF_E || (sizeof(T) == 2 && STAGES == 0 && !RECOMP), "HALF_E: bf16, one row at a time");
     constexpr int N = 16 / (int)sizeof(T);
     constexpr int NB = STAGES > 0 ? STAGES : 1;
     constexpr int NW = THREADS / 32;
@@ -523,7 +597,11 @@ softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int6
         T* dst = y + row * cols;
         MS* sc = red[par];
         par ^= 1;
-        if constexpr (!RECOMP) {
+        if constexpr (HALF_E) {
+            const ThreadExp e = half_exp_pair(r);
+            const MS t = block_reduce_v4<THREADS>(e.mine, sc);
+            store_half_e<T, THREADS, VPT>(dst, r, nu, exp_scale(e, t), stcs);
+        } else if constexpr (!RECOMP) {
             float v[VPT][N];
 #pragma unroll
             for (int i = 0; i < VPT; ++i) unpack_unit(r[i], v[i]);
@@ -746,12 +824,12 @@ _v4_host_src = r"""
 //   id: dtype, THREADS, VPT (16-byte units per thread), MINB (launch-bounds min CTAs/SM), STAGES, RECOMP,
 //       persistent (grid = CTAs that fit, rows strided) or one CTA per row.
 // A variant covers rows of up to THREADS*VPT units; it refuses (TORCH_CHECK) anything else.
-template <typename T, int THREADS, int VPT, int MINB, int STAGES, bool RECOMP>
+template <typename T, int THREADS, int VPT, int MINB, int STAGES, bool RECOMP, bool HALF_E = false>
 static void launch_v4_t(const T* x, T* y, int64_t rows, int64_t cols, bool persist, int ctas_per_sm, int flags,
                         cudaStream_t stream) {
     constexpr int N = 16 / (int)sizeof(T);
     TORCH_CHECK(cols % N == 0 && cols / N <= (int64_t)THREADS * VPT, "softmax_fast_v4: variant does not cover this row");
-    auto kernel = softmax_v4_kernel<T, THREADS, VPT, MINB, STAGES, RECOMP>;
+    auto kernel = softmax_v4_kernel<T, THREADS, VPT, MINB, STAGES, RECOMP, HALF_E>;
     int64_t grid = rows;
     if (persist) {
         static int occ = -1;  // CTAs per SM, per instantiation (queried once)
@@ -797,10 +875,14 @@ static void launch_seg_t(const T* x, T* y, int64_t rows, int64_t cols, int flags
 
 // Auto choices (variant 0 / hint 0), per row class. Edit after the bench sweep.
 // Measured best on the H200 (benchmarks/bench_softmax_v4.py --quick, 2026-11-30): 0.2625 / 0.1344 / 0.5326 ms.
-constexpr int kAutoF32_16K = 1, kAutoBf16_4K = 12, kAutoBf16_32K = 23;
+// 64 KB bf16 rows: fp16 e (one ex2 per element) in 1024-thread CTAs, 2 per SM, took 0.5192 ms where
+// variant 23 took 0.5353 (benchmarks/standalone/softmax_regs.cu, H200, 2026-12-01).
+constexpr int kAutoF32_16K = 1, kAutoBf16_4K = 12, kAutoBf16_32K = 18;
 // Rows > 64 KB: register segments, with streaming (.cs) stores unless a hint is given: plain stores were
 // 1.6x slower at 4096x393216 (bench, H200, 2026-11-30: variant 33 .cs 3.66 ms, 31 .cs 3.82 ms, fast_v3 3.90 ms).
-constexpr int kAutoF32_Long = 33, kAutoBf16_Long = 41, kAutoHintLong = 3;
+// Few threads with many registers each hold a segment best (benchmarks/standalone/softmax_long.cu, H200,
+// 2026-12-01, 4096x393216 fp32: 37 3.18 ms, 38 3.23, 33 3.66; bf16 4096x393216: 43 1.95, 41 2.37).
+constexpr int kAutoF32_Long = 37, kAutoBf16_Long = 43, kAutoHintLong = 3;
 constexpr int kAutoHint = 1;  // 1 = plain loads + plain stores (Liger's choice)
 
 // hint knob: 0 = auto, 1 = plain/plain, 2 = ld.cs/plain, 3 = plain/st.cs, 4 = ld.cs/st.cs
@@ -822,7 +904,9 @@ static bool run_variant_f32(int v, const float* x, float* y, int64_t rows, int64
         // rows > 16384 fp32: segments of THREADS*VPT*4 floats
         case 31: launch_seg_t<float, 512, 8, 2>(x, y, rows, cols, fl, o, s); return true;   // 64 KB, 2 CTA/SM
         case 32: launch_seg_t<float, 256, 8, 4>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 4 CTA/SM
-        case 33: launch_seg_t<float, 512, 6, 3>(x, y, rows, cols, fl, o, s); return true;   // 48 KB, 3 CTA/SM
+        case 33: launch_seg_t<float, 512, 6, 3>(x, y, rows, cols, fl, o, s); return true;   // 48 KB, 3 CTA/SM (40 regs: spills)
+        case 37: launch_seg_t<float, 128, 36, 3>(x, y, rows, cols, fl, o, s); return true;  // 72 KB, 3 CTA/SM (auto)
+        case 38: launch_seg_t<float, 128, 24, 4>(x, y, rows, cols, fl, o, s); return true;  // 48 KB, 4 CTA/SM
         default: return false;
     }
 }
@@ -844,9 +928,12 @@ static bool run_variant_bf16(int v, const __nv_bfloat16* x, __nv_bfloat16* y, in
         case 24: launch_v4_t<B, 512, 8, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 1 ahead
         case 25: launch_v4_t<B, 512, 8, 1, 2, true>(x, y, rows, cols, true, cps, fl, s); return true;     // persistent, recompute
         case 26: launch_v4_t<B, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
+        case 18: launch_v4_t<B, 1024, 4, 2, 0, false, true>(x, y, rows, cols, false, cps, fl, s); return true;  // fp16 e, 2 CTA/SM (auto)
+        case 19: launch_v4_t<B, 512, 8, 2, 0, false, true>(x, y, rows, cols, false, cps, fl, s); return true;   // fp16 e, 2 CTA/SM
         // rows > 32768 bf16: segments of THREADS*VPT*8 bf16 (kept as floats: 32 per thread)
         case 41: launch_seg_t<B, 512, 4, 2>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 2 CTA/SM
         case 42: launch_seg_t<B, 256, 4, 4>(x, y, rows, cols, fl, o, s); return true;   // 16 KB, 4 CTA/SM
+        case 43: launch_seg_t<B, 128, 12, 4>(x, y, rows, cols, fl, o, s); return true;  // 24 KB, 4 CTA/SM (auto)
         default: return false;
     }
 }
