@@ -47,11 +47,11 @@ F32, BF16 = torch.float32, torch.bfloat16
 TIMING = [("8192x16384_fp32", 8192, 16384, F32), ("32768x4096_bf16", 32768, 4096, BF16),
           ("16384x32768_bf16", 16384, 32768, BF16), ("4096x393216_fp32", 4096, 393216, F32)]
 # register variants of fast_v4 per timing class: (variant ids, width it covers, dtype)
-VARIANTS = {0: ([1, 2, 3, 4, 5, 6], 16384, F32), 1: ([11, 12, 13, 14, 15, 16], 4096, BF16),
+VARIANTS = {0: ([1, 2, 3, 4, 5, 6], 16384, F32), 1: ([11, 12, 13, 14, 15, 16, 17], 4096, BF16),
             2: ([18, 19, 21, 22, 23, 24, 25, 26], 32768, BF16), 3: ([31, 32, 33, 37, 38], 393216, F32),
             4: ([41, 42, 43], 786432, BF16)}  # 3, 4: long rows in register segments (4: correctness only)
 MULTI_CTA_PERSISTENT = {13, 14, 15, 16}  # persistent variants with > 1 CTA/SM: sweep CTAs per SM
-AUTO = {0: 1, 1: 12, 2: 18, 3: 37, 4: 43}  # kAuto* in fast_v4.py (these also get all four hint modes)
+AUTO = {0: 1, 1: 17, 2: 18, 3: 37, 4: 43}  # kAuto* in fast_v4.py (these also get all four hint modes)
 HINTS = {1: "plain", 2: "ldcs", 3: "stcs", 4: "cs/cs"}
 # Variant classes to check and time (--classes; children inherit it through the environment).
 CLASSES = {int(c) for c in os.environ.get("BENCH_CLASSES", "0,1,2,3,4").split(",") if c}

@@ -237,19 +237,22 @@ int main(int argc, char** argv) {
         all &= run_case<B, S41>("41: 512x4, 32 KB, 2 CTA/SM", 4096, 393216, stcs, reps, b, seed++);
     }
     if (mode == "rows" || mode == "all") {
-        // fast_v4's auto variants 1 / 18 / 12 (plain loads and stores), and the older bf16 variants 19 / 23
+        // fast_v4's auto variants 1 / 18 / 17 (plain loads and stores), and older bf16 variants 19 / 23 / 12
         using R1 = Rows<float, 512, 8, 2, false, false>;
         using R18 = Rows<B, 1024, 4, 2, false, true>;
         using R19 = Rows<B, 512, 8, 2, false, true>;
         using R23 = Rows<B, 512, 8, 2, true, false>;
+        using R17 = Rows<B, 32, 16, 24, false, true>;
         using R12 = Rows<B, 64, 8, 10, false, false>;
         all &= run_case<B, R18>("18 partial row", 77, 32768 - 8 * 130, 0, 0, b, seed++);
+        all &= run_case<B, R17>("17 partial row", 77, 4096 - 8 * 13, 0, 0, b, seed++);
         for (int rep = 0; rep < 2; ++rep) {
             all &= run_case<float, R1>("1 (auto fp32 16384)", 8192, 16384, 0, reps, b, seed++);
             all &= run_case<B, R18>("18 (auto bf16 32768): fp16 e, 1024 thr", 16384, 32768, 0, reps, b, seed++);
             all &= run_case<B, R19>("19: fp16 e, 512 thr", 16384, 32768, 0, reps, b, seed++);
             all &= run_case<B, R23>("23: recompute, 512 thr", 16384, 32768, 0, reps, b, seed++);
-            all &= run_case<B, R12>("12 (auto bf16 4096)", 32768, 4096, 0, reps, b, seed++);
+            all &= run_case<B, R17>("17 (auto bf16 4096): fp16 e, one warp", 32768, 4096, 0, reps, b, seed++);
+            all &= run_case<B, R12>("12: 64 thr", 32768, 4096, 0, reps, b, seed++);
         }
     }
     printf(all ? "ALL CORRECT\n" : "SOME CASES FAILED\n");

@@ -875,9 +875,10 @@ static void launch_seg_t(const T* x, T* y, int64_t rows, int64_t cols, int flags
 
 // Auto choices (variant 0 / hint 0), per row class. Edit after the bench sweep.
 // Measured best on the H200 (benchmarks/bench_softmax_v4.py --quick, 2026-11-30): 0.2625 / 0.1344 / 0.5326 ms.
-// 64 KB bf16 rows: fp16 e (one ex2 per element) in 1024-thread CTAs, 2 per SM, took 0.5192 ms where
-// variant 23 took 0.5353 (benchmarks/standalone/softmax_regs.cu, H200, 2026-12-01).
-constexpr int kAutoF32_16K = 1, kAutoBf16_4K = 12, kAutoBf16_32K = 18;
+// bf16 rows with e kept as fp16 (one ex2 per element; benchmarks/standalone/softmax_regs.cu, H200,
+// 2026-12-01): 64 KB rows in 1024-thread CTAs, 2 per SM, 0.5192 ms where variant 23 took 0.5353; 8 KB rows
+// in one-warp CTAs (no block barrier), 24 per SM, 0.1302 ms where variant 12 took 0.1331.
+constexpr int kAutoF32_16K = 1, kAutoBf16_4K = 17, kAutoBf16_32K = 18;
 // Rows > 64 KB: register segments, with streaming (.cs) stores unless a hint is given: plain stores were
 // 1.6x slower at 4096x393216 (bench, H200, 2026-11-30: variant 33 .cs 3.66 ms, 31 .cs 3.82 ms, fast_v3 3.90 ms).
 // Few threads with many registers each hold a segment best (benchmarks/standalone/softmax_long.cu, H200,
@@ -921,6 +922,7 @@ static bool run_variant_bf16(int v, const __nv_bfloat16* x, __nv_bfloat16* y, in
         case 14: launch_v4_t<B, 128, 4, 6, 2, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 2 ahead
         case 15: launch_v4_t<B, 256, 2, 4, 2, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 8 warps
         case 16: launch_v4_t<B, 128, 4, 8, 2, true>(x, y, rows, cols, true, cps, fl, s); return true;     // persistent, recompute
+        case 17: launch_v4_t<B, 32, 16, 24, 0, false, true>(x, y, rows, cols, false, cps, fl, s); return true;  // 1 warp/row, fp16 e (auto)
         // rows <= 32768 bf16 (64 KB)
         case 21: launch_v4_t<B, 1024, 4, 1, 0, false>(x, y, rows, cols, false, cps, fl, s); return true;  // 1024 thr/row
         case 22: launch_v4_t<B, 1024, 4, 1, 2, true>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, recompute, 1 ahead
