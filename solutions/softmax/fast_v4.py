@@ -14,8 +14,8 @@ Every row lives in REGISTERS of one CTA (no clusters, no shared-memory copy of t
     softmax_fast_v4(x, variant, hint, ctas_per_sm), 0 = auto. benchmarks/bench_softmax_v4.py sweeps them.
 Rows longer than 64 KB (4096x393216) are cut into segments of one CTA's registers (fp32: 128 threads x 36
 16-byte units = 72 KB, 3 CTAs/SM): each CTA publishes its segment's (max, sum) pair, counts itself in, waits
-for the row's other segments (their CTAs run beside it) and writes its part; no clusters. Misaligned / odd widths and narrow rows run v1's kernels
-(solutions/softmax/fast.py), copied verbatim.
+for the row's other segments (their CTAs run beside it) and writes its part; no clusters. Misaligned / odd
+widths and narrow rows run v1's kernels (solutions/softmax/fast.py), copied verbatim.
 Tried and removed (docs/perf-notes/softmax.md; the code is in git history at c1d0edf): rows split over 2- or
 4-CTA clusters (quack's structure), and long rows in two passes with the second read from L2.
 """
@@ -496,7 +496,7 @@ __device__ __forceinline__ void store_packed(T* dst, const uint4 (&r)[VPT], int 
 // 3e-8 absolute) to y before y's own bf16 rounding (2^-9). The sum s is taken from the fp32 values.
 __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
     uint32_t h;
-    asm volatile("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(hi), "f"(lo));  // volatile: keeps the e pass in order (fewer live floats)
+    asm volatile("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(hi), "f"(lo));  // volatile as measured; not needed for the spills
     return h;
 }
 __device__ __forceinline__ void unpack_f16x2(uint32_t h, float& lo, float& hi) {
@@ -822,7 +822,7 @@ _v4_host_src = r"""
 // ================================================================ v4 host side
 // Variants (the `variant` knob; 0 = auto). Each is one instantiation of softmax_v4_kernel:
 //   id: dtype, THREADS, VPT (16-byte units per thread), MINB (launch-bounds min CTAs/SM), STAGES, RECOMP,
-//       persistent (grid = CTAs that fit, rows strided) or one CTA per row.
+//       HALF_E, persistent (grid = CTAs that fit, rows strided) or one CTA per row.
 // A variant covers rows of up to THREADS*VPT units; it refuses (TORCH_CHECK) anything else.
 template <typename T, int THREADS, int VPT, int MINB, int STAGES, bool RECOMP, bool HALF_E = false>
 static void launch_v4_t(const T* x, T* y, int64_t rows, int64_t cols, bool persist, int ctas_per_sm, int flags,
@@ -881,7 +881,7 @@ static void launch_seg_t(const T* x, T* y, int64_t rows, int64_t cols, int flags
 constexpr int kAutoF32_16K = 1, kAutoBf16_4K = 17, kAutoBf16_32K = 18;
 // Rows > 64 KB: register segments, with streaming (.cs) stores unless a hint is given: plain stores were
 // 1.6x slower at 4096x393216 (bench, H200, 2026-11-30: variant 33 .cs 3.66 ms, 31 .cs 3.82 ms, fast_v3 3.90 ms).
-// Few threads with many registers each hold a segment best (benchmarks/standalone/softmax_long.cu, H200,
+// Few threads with many registers each hold a segment best (benchmarks/standalone/softmax_regs.cu, H200,
 // 2026-12-01, 4096x393216 fp32: 37 3.18 ms, 38 3.23, 33 3.66; bf16 4096x393216: 43 1.95, 41 2.37).
 constexpr int kAutoF32_Long = 37, kAutoBf16_Long = 43, kAutoHintLong = 3;
 constexpr int kAutoHint = 1;  // 1 = plain loads + plain stores (Liger's choice)
