@@ -19,17 +19,8 @@
 #include <algorithm>
 #include <string>
 
+#include "common.cuh"
 #include "ce_v3.cuh"
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
-
-__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
-    uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return static_cast<uint32_t>(z ^ (z >> 31));
-}
 
 // Roughly normal logits (a sum of 4 uniforms, spread about +-8).
 template <class T>
@@ -71,33 +62,6 @@ __global__ void __launch_bounds__(512) read_kernel(const float4* __restrict__ x,
         if (SYNC) __syncthreads();
     }
     if (acc == 12345.678f) out[0] = acc;  // keeps the loads; never true on this data
-}
-
-static float* g_flush = nullptr;
-static const size_t kFlushBytes = 256u << 20;
-static int g_sms = 0;
-
-template <class F>
-static double time_median(F&& launch, int reps) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int i = 0; i < reps + 3; ++i) {
-        CK(cudaMemsetAsync(g_flush, i & 0xff, kFlushBytes));
-        CK(cudaEventRecord(a));
-        launch();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float t;
-        CK(cudaEventElapsedTime(&t, a, b));
-        if (i >= 3) ms.push_back(t);
-    }
-    CK(cudaGetLastError());
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
 }
 
 // fast_v3's launch with a given ring: the grid sizing of cross_entropy_fast_v3() in fast_v3.py (persistent,
