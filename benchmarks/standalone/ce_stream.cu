@@ -1,7 +1,9 @@
 // Standalone cross-entropy bench (no torch): built here with nvcc (build.sh), carried to the H200 as a binary.
 // fast_v3's kernel is compiled from its solution file (extract_src.py), not copied.
 //
-//   ce_stream M C fp32|bf16 [reps]
+//   ce_stream M C fp32|bf16 [reps] [all|v6|check]
+//   (v6: the read ceilings, fast_v3's default and fast_v6's knobs only; check: fast_v6 against a float64
+//   loss on the host, on odd shapes, every G, both row orders, tiny-loss rows; M C dtype reps are ignored)
 //
 // Times, on the same logits: the read ceiling (a plain grid-stride read of the bytes), probes of the access
 // pattern (grid-stride vs one contiguous range per block, with and without a block barrier per iteration),
@@ -21,6 +23,7 @@
 
 #include "common.cuh"
 #include "ce_v3.cuh"
+#include "ce_v6.cuh"
 
 // Roughly normal logits (a sum of 4 uniforms, spread about +-8).
 template <class T>
@@ -90,8 +93,38 @@ struct V3Launch {
     }
 };
 
+// fast_v6's launch: its own plan_launch (the extension's), knobs as the extension's arguments.
+struct V6Launch {
+    bool bf16, interleave;
+    int W, S, CB, smem, occ;
+    ce_v6::Plan plan;
+    V6Launch(int64_t M, int64_t C, bool bf16_, int W_, int S_, int CB_, int G, bool ilv, int64_t ctas)
+        : bf16(bf16_), interleave(ilv), W(W_), S(S_), CB(CB_), smem(W_ * S_ * CB_) {
+        auto kern = bf16 ? ce_v6::ce_v6_kernel<true> : ce_v6::ce_v6_kernel<false>;
+        int optin = 0;
+        CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 2048));
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, W * 32, smem));
+        plan = ce_v6::plan_launch(M, C * (bf16 ? 2 : 4), W, occ, g_sms, G, ctas);
+    }
+    // ws: at least ctas + M * (2 * 16 + 1) + 2 floats. Flags as fast_v6's defaults (no hint, proxy fence).
+    void operator()(const void* x, const int64_t* t, int64_t M, int C, float* ws, unsigned* counter, void* out) const {
+        auto kern = bf16 ? ce_v6::ce_v6_kernel<true> : ce_v6::ce_v6_kernel<false>;
+        float2* row_part = reinterpret_cast<float2*>(ws + ((plan.ctas + 1) & ~int64_t(1)));
+        float* row_xt = reinterpret_cast<float*>(row_part + M * plan.G);
+        kern<<<plan.ctas, W * 32, smem>>>((const char*)x, t, M, C, plan.rps, plan.G, interleave ? 1 : 0, S, CB, 0, 1,
+                                         row_part, row_xt, ws, counter, out);
+    }
+    std::string name() const {
+        return "v6 G" + std::to_string(plan.G) + (interleave ? " ilv" : " blk") + " W" + std::to_string(W) + " S" +
+               std::to_string(S) + " CB" + std::to_string(CB) + " ctas" + std::to_string(plan.ctas) + " rps" +
+               std::to_string(plan.rps);
+    }
+};
+
 // ------------------------------------------------------------------------------------------ timing
-static int do_time(int64_t M, int64_t C, bool bf16, int reps) {
+static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
     const int E = bf16 ? 2 : 4;
     const int64_t n = M * C;
     const double bytes = double(n) * E + M * 8.0;
@@ -103,7 +136,7 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps) {
     CK(cudaMalloc(&x, n * E));
     CK(cudaMalloc(&t, M * 8));
     CK(cudaMalloc(&out, 64));
-    CK(cudaMalloc(&partials, 1 << 20));
+    CK(cudaMalloc(&partials, (M * 33 + 8192) * 4));  // fast_v6's workspace; fast_v3's partials
     CK(cudaMalloc(&counter, 64));
     CK(cudaMemset(counter, 0, 64));
     if (bf16) fill_kernel<__nv_bfloat16><<<g_sms * 8, 512>>>((__nv_bfloat16*)x, n, 1234u);
@@ -120,6 +153,34 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps) {
         double ms = time_median([&] { read_kernel<4, false, false><<<g_sms * per_sm, 512>>>((const float4*)x, n * E / 16, out); }, reps);
         report("read ceiling: U=4 " + std::to_string(per_sm) + "/SM x512", ms);
     }
+    {   // The same read on 128 of the SMs (fast_v3's grid at 8192 rows is 128 CTAs).
+        double ms = time_median([&] { read_kernel<4, false, false><<<128 * 4, 512>>>((const float4*)x, n * E / 16, out); }, reps);
+        report("read ceiling: U=4 4/SM x512 on 128 SMs", ms);
+    }
+    const V3Launch v3def(M, bf16, 8, 2, 8192);
+    float loss_v3 = 0.f;
+    {
+        double ms = time_median([&] { v3def(x, t, M, (int)C, partials, counter, out); }, reps);
+        report("v3 default", ms);
+        if (bf16) { uint16_t b; CK(cudaMemcpy(&b, out, 2, cudaMemcpyDeviceToHost)); uint32_t w = uint32_t(b) << 16; memcpy(&loss_v3, &w, 4); }
+        else CK(cudaMemcpy(&loss_v3, out, 4, cudaMemcpyDeviceToHost));
+    }
+    struct R6 { int W, S, CB, G; bool ilv; int64_t ctas; };
+    for (R6 c : {R6{8, 2, 8192, 0, true, 0}, R6{8, 2, 8192, 0, false, 0}, R6{8, 2, 8192, 1, true, 0},
+                 R6{8, 2, 8192, 2, true, 0}, R6{8, 2, 8192, 4, true, 0}, R6{8, 2, 8192, 8, true, 0},
+                 R6{8, 2, 8192, 8, false, 0}, R6{8, 2, 8192, 8, true, 128}, R6{8, 2, 8192, 8, true, 132},
+                 R6{8, 3, 4096, 8, true, 0}, R6{8, 2, 12288, 8, true, 0}, R6{16, 2, 6144, 16, true, 0},
+                 R6{16, 2, 6144, 8, true, 0}, R6{16, 2, 4096, 16, true, 0}, R6{4, 2, 16384, 4, true, 0},
+                 R6{8, 2, 8192, 0, true, 0}}) {
+        if (c.W * c.S * c.CB > 225 * 1024) continue;
+        const V6Launch v6(M, C, bf16, c.W, c.S, c.CB, c.G, c.ilv, c.ctas);
+        double ms = time_median([&] { v6(x, t, M, (int)C, partials, counter, out); }, reps);
+        float h = 0.f;
+        if (bf16) { uint16_t b; CK(cudaMemcpy(&b, out, 2, cudaMemcpyDeviceToHost)); uint32_t w = uint32_t(b) << 16; memcpy(&h, &w, 4); }
+        else CK(cudaMemcpy(&h, out, 4, cudaMemcpyDeviceToHost));
+        report(v6.name() + (c.G == 0 ? " (auto)" : "") + (std::fabs(h - loss_v3) > 1e-5f * std::fabs(loss_v3) ? " LOSS DIFFERS FROM V3" : ""), ms);
+    }
+    if (!all) return 0;
     for (int per_sm : {2, 4}) {
         const int64_t n4 = n * E / 16;
         const std::string ps = " " + std::to_string(per_sm) + "/SM x512";
@@ -143,6 +204,83 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps) {
     return 0;
 }
 
+// fast_v6 against a float64 loss computed on the host from the same logits. Odd shapes (unaligned rows,
+// tails, rows shorter than a warp's part), every G and both orders, and "tiny" rows whose target is 30
+// above the rest (the log1p path; mean loss ~1e-8, so 1e-5 relative separates the paths).
+__global__ void make_tiny(float* x, const int64_t* t, int M, int64_t C) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M) x[i * C + t[i]] = 40.f;
+}
+__global__ void make_tiny_bf16(__nv_bfloat16* x, const int64_t* t, int M, int64_t C) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M) x[i * C + t[i]] = __float2bfloat16(40.f);
+}
+static int do_check() {
+    struct Case { int64_t M, C; bool bf16, tiny; };
+    int bad = 0, n = 0;
+    for (Case cs : {Case{37, 32001, false, false}, Case{64, 32000, false, false}, Case{5, 100003, true, false},
+                    Case{300, 50000, true, false}, Case{1000, 4096, false, false}, Case{3, 7, false, false},
+                    Case{130, 65536, false, false}, Case{257, 40000, false, true}, Case{33, 70001, true, true},
+                    Case{1, 1, false, false}, Case{2, 33, true, false}}) {
+        const int E = cs.bf16 ? 2 : 4;
+        const int64_t M = cs.M, C = cs.C, nel = M * C;
+        void* x; int64_t* t; float *ws, *out; unsigned* counter;
+        CK(cudaMalloc(&x, nel * E + 64)); CK(cudaMalloc(&t, M * 8)); CK(cudaMalloc(&ws, (M * 33 + 8192) * 4));
+        CK(cudaMalloc(&out, 64)); CK(cudaMalloc(&counter, 64)); CK(cudaMemset(counter, 0, 64));
+        if (cs.bf16) fill_kernel<__nv_bfloat16><<<g_sms * 8, 512>>>((__nv_bfloat16*)x, nel, 77u);
+        else fill_kernel<float><<<g_sms * 8, 512>>>((float*)x, nel, 77u);
+        fill_targets<<<(M + 255) / 256, 256>>>(t, (int)M, C, 5u);
+        if (cs.tiny) {
+            if (cs.bf16) make_tiny_bf16<<<(M + 255) / 256, 256>>>((__nv_bfloat16*)x, t, (int)M, C);
+            else make_tiny<<<(M + 255) / 256, 256>>>((float*)x, t, (int)M, C);
+        }
+        CK(cudaDeviceSynchronize());
+        std::vector<float> hx(nel);
+        std::vector<int64_t> ht(M);
+        if (cs.bf16) {
+            std::vector<uint16_t> hb(nel);
+            CK(cudaMemcpy(hb.data(), x, nel * 2, cudaMemcpyDeviceToHost));
+            for (int64_t i = 0; i < nel; ++i) { uint32_t w = uint32_t(hb[i]) << 16; memcpy(&hx[i], &w, 4); }
+        } else CK(cudaMemcpy(hx.data(), x, nel * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(ht.data(), t, M * 8, cudaMemcpyDeviceToHost));
+        double ref = 0.0;
+        for (int64_t r = 0; r < M; ++r) {
+            const float* row = hx.data() + r * C;
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < C; ++j) mx = std::max(mx, (double)row[j]);
+            double rest = 0.0;  // sum over j != t of exp(x_j - x_t), for an accurate tiny loss
+            for (int64_t j = 0; j < C; ++j) if (j != ht[r]) rest += std::exp((double)row[j] - row[ht[r]]);
+            ref += std::log1p(rest);
+        }
+        ref /= M;
+        struct K { int W, G; bool ilv; int64_t ctas; };
+        for (K k : {K{8, 0, true, 0}, K{8, 1, true, 0}, K{8, 2, true, 0}, K{8, 4, false, 0}, K{8, 8, true, 0},
+                    K{8, 8, false, 0}, K{16, 16, true, 0}, K{8, 8, true, 3}, K{8, 2, false, 5}}) {
+            const V6Launch v6(M, C, cs.bf16, k.W, 2, k.W > 8 ? 4096 : 8192, k.G, k.ilv, k.ctas);
+            // The second call must give the same bits (the ticket resets itself; fixed-order sums).
+            float h[2];
+            for (int rep = 0; rep < 2; ++rep) {
+                CK(cudaMemset(out, 0xff, 64));  // poison: NaN if the kernel never writes
+                v6(x, t, M, (int)C, ws, counter, out);
+                CK(cudaDeviceSynchronize());
+                if (cs.bf16) { uint16_t b; CK(cudaMemcpy(&b, out, 2, cudaMemcpyDeviceToHost)); uint32_t w = uint32_t(b) << 16; memcpy(&h[rep], &w, 4); }
+                else CK(cudaMemcpy(&h[rep], out, 4, cudaMemcpyDeviceToHost));
+            }
+            const double rel = std::fabs(h[0] - ref) / std::max(1e-30, std::fabs(ref));
+            const double tol = cs.bf16 ? 8e-3 : 1e-5;  // bf16 output rounding: 2^-8 relative
+            const bool ok = rel <= tol && memcmp(&h[0], &h[1], 4) == 0;
+            bad += !ok;
+            ++n;
+            printf("%s M=%lld C=%lld %s%s %-40s loss %.9g ref %.9g rel %.2e %s\n", ok ? "ok  " : "FAIL", (long long)M,
+                   (long long)C, cs.bf16 ? "bf16" : "fp32", cs.tiny ? " tiny" : "", v6.name().c_str(), h[0], ref, rel,
+                   memcmp(&h[0], &h[1], 4) == 0 ? "" : "NOT DETERMINISTIC");
+        }
+        CK(cudaFree(x)); CK(cudaFree(t)); CK(cudaFree(ws)); CK(cudaFree(out)); CK(cudaFree(counter));
+    }
+    printf(bad ? "FAILURES: %d of %d\n" : "ALL CORRECT (%d of %d)\n", bad ? bad : n, n);
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -153,5 +291,7 @@ int main(int argc, char** argv) {
     const int64_t C = argc > 2 ? atoll(argv[2]) : 32000;
     const bool bf16 = argc > 3 && std::string(argv[3]) == "bf16";
     const int reps = argc > 4 ? atoi(argv[4]) : 50;
-    return do_time(M, C, bf16, reps);
+    const std::string mode = argc > 5 ? argv[5] : "all";
+    if (mode == "check") return do_check();
+    return do_time(M, C, bf16, reps, mode == "all");
 }
