@@ -3,7 +3,8 @@
 //
 //   ce_stream M C fp32|bf16 [reps] [all|v6|check]
 //   (v6: the read ceilings, fast_v3's default and fast_v6's knobs only; check: fast_v6 against a float64
-//   loss on the host, on odd shapes, every G, both row orders, tiny-loss rows; M C dtype reps are ignored)
+//   loss on the host, on odd shapes, several piece sizes and split-row counts, tiny-loss rows; M C dtype
+//   reps are ignored)
 //
 // Times, on the same logits: the read ceiling (a plain grid-stride read of the bytes), probes of the access
 // pattern (grid-stride vs one contiguous range per block, with and without a block barrier per iteration),
@@ -95,31 +96,34 @@ struct V3Launch {
 
 // fast_v6's launch: its own plan_launch (the extension's), knobs as the extension's arguments.
 struct V6Launch {
-    bool bf16, interleave;
+    bool bf16;
     int W, S, CB, smem, occ;
     ce_v6::Plan plan;
-    V6Launch(int64_t M, int64_t C, bool bf16_, int W_, int S_, int CB_, int G, bool ilv, int64_t ctas)
-        : bf16(bf16_), interleave(ilv), W(W_), S(S_), CB(CB_), smem(W_ * S_ * CB_) {
+    V6Launch(int64_t M, int64_t C, bool bf16_, int W_, int S_, int CB_, int64_t piece_bytes, int64_t tail_rows, int64_t ctas)
+        : bf16(bf16_), W(W_), S(S_), CB(CB_), smem(W_ * S_ * CB_) {
         auto kern = bf16 ? ce_v6::ce_v6_kernel<true> : ce_v6::ce_v6_kernel<false>;
         int optin = 0;
         CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 2048));
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 4096));
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, W * 32, smem));
-        plan = ce_v6::plan_launch(M, C * (bf16 ? 2 : 4), W, occ, g_sms, G, ctas);
+        if (occ < 1) { fprintf(stderr, "v6 W%d S%d CB%d does not fit\n", W, S, CB); exit(1); }
+        plan = ce_v6::plan_launch(M, C * (bf16 ? 2 : 4), W, occ, g_sms, piece_bytes, tail_rows, ctas);
     }
-    // ws: at least ctas + M * (2 * 16 + 1) + 2 floats. Flags as fast_v6's defaults (no hint, proxy fence).
-    void operator()(const void* x, const int64_t* t, int64_t M, int C, float* ws, unsigned* counter, void* out) const {
+    // ws: at least M * 66 + 64 floats; counters: 3 zeroed u64 (the kernel resets them). Flags as fast_v6's
+    // defaults (no hint, proxy fence).
+    void operator()(const void* x, const int64_t* t, int64_t M, int C, float* ws, unsigned long long* counters,
+                    void* out) const {
         auto kern = bf16 ? ce_v6::ce_v6_kernel<true> : ce_v6::ce_v6_kernel<false>;
-        float2* row_part = reinterpret_cast<float2*>(ws + ((plan.ctas + 1) & ~int64_t(1)));
-        float* row_xt = reinterpret_cast<float*>(row_part + M * plan.G);
-        kern<<<plan.ctas, W * 32, smem>>>((const char*)x, t, M, C, plan.rps, plan.G, interleave ? 1 : 0, S, CB, 0, 1,
-                                         row_part, row_xt, ws, counter, out);
+        const int64_t n_split = M - plan.n_whole;
+        float2* row_part = reinterpret_cast<float2*>(ws);
+        float* row_loss = ws + ((2 * n_split * plan.P + 3) & ~int64_t(3));
+        kern<<<plan.ctas, W * 32, smem>>>((const char*)x, t, M, C, plan.n_whole, plan.P, S, CB, 0, 1, row_part,
+                                         row_loss, row_loss + M, counters, out);
     }
     std::string name() const {
-        return "v6 G" + std::to_string(plan.G) + (interleave ? " ilv" : " blk") + " W" + std::to_string(W) + " S" +
-               std::to_string(S) + " CB" + std::to_string(CB) + " ctas" + std::to_string(plan.ctas) + " rps" +
-               std::to_string(plan.rps);
+        return "v6 W" + std::to_string(W) + " S" + std::to_string(S) + " CB" + std::to_string(CB) + " P" +
+               std::to_string(plan.P) + " whole" + std::to_string(plan.n_whole) + " ctas" + std::to_string(plan.ctas);
     }
 };
 
@@ -136,7 +140,7 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
     CK(cudaMalloc(&x, n * E));
     CK(cudaMalloc(&t, M * 8));
     CK(cudaMalloc(&out, 64));
-    CK(cudaMalloc(&partials, (M * 33 + 8192) * 4));  // fast_v6's workspace; fast_v3's partials
+    CK(cudaMalloc(&partials, (M * 66 + 8192) * 4));  // fast_v6's workspace; fast_v3's partials
     CK(cudaMalloc(&counter, 64));
     CK(cudaMemset(counter, 0, 64));
     if (bf16) fill_kernel<__nv_bfloat16><<<g_sms * 8, 512>>>((__nv_bfloat16*)x, n, 1234u);
@@ -165,20 +169,20 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
         if (bf16) { uint16_t b; CK(cudaMemcpy(&b, out, 2, cudaMemcpyDeviceToHost)); uint32_t w = uint32_t(b) << 16; memcpy(&loss_v3, &w, 4); }
         else CK(cudaMemcpy(&loss_v3, out, 4, cudaMemcpyDeviceToHost));
     }
-    struct R6 { int W, S, CB, G; bool ilv; int64_t ctas; };
-    for (R6 c : {R6{8, 2, 8192, 0, true, 0}, R6{8, 2, 8192, 0, false, 0}, R6{8, 2, 8192, 1, true, 0},
-                 R6{8, 2, 8192, 2, true, 0}, R6{8, 2, 8192, 4, true, 0}, R6{8, 2, 8192, 8, true, 0},
-                 R6{8, 2, 8192, 8, false, 0}, R6{8, 2, 8192, 8, true, 128}, R6{8, 2, 8192, 8, true, 132},
-                 R6{8, 3, 4096, 8, true, 0}, R6{8, 2, 12288, 8, true, 0}, R6{16, 2, 6144, 16, true, 0},
-                 R6{16, 2, 6144, 8, true, 0}, R6{16, 2, 4096, 16, true, 0}, R6{4, 2, 16384, 4, true, 0},
-                 R6{8, 2, 8192, 0, true, 0}}) {
+    struct R6 { int W, S, CB; int64_t pb, tail, ctas; };
+    for (R6 c : {R6{8, 2, 8192, 0, 0, 0}, R6{8, 2, 8192, 8192, 0, 0}, R6{8, 2, 8192, 32768, 0, 0},
+                 R6{8, 2, 8192, 0, 2112, 0}, R6{8, 2, 8192, 0, 528, 0}, R6{8, 2, 8192, 1 << 30, 0, 0},
+                 R6{8, 2, 8192, 0, 0, 128}, R6{8, 3, 8192, 0, 0, 0}, R6{16, 2, 6144, 0, 0, 0},
+                 R6{4, 2, 16384, 0, 0, 0}, R6{8, 2, 8192, 0, 0, 0}}) {
         if (c.W * c.S * c.CB > 225 * 1024) continue;
-        const V6Launch v6(M, C, bf16, c.W, c.S, c.CB, c.G, c.ilv, c.ctas);
-        double ms = time_median([&] { v6(x, t, M, (int)C, partials, counter, out); }, reps);
+        const V6Launch v6(M, C, bf16, c.W, c.S, c.CB, c.pb, c.tail, c.ctas);
+        double ms = time_median([&] { v6(x, t, M, (int)C, partials, (unsigned long long*)counter, out); }, reps);
         float h = 0.f;
         if (bf16) { uint16_t b; CK(cudaMemcpy(&b, out, 2, cudaMemcpyDeviceToHost)); uint32_t w = uint32_t(b) << 16; memcpy(&h, &w, 4); }
         else CK(cudaMemcpy(&h, out, 4, cudaMemcpyDeviceToHost));
-        report(v6.name() + (c.G == 0 ? " (auto)" : "") + (std::fabs(h - loss_v3) > 1e-5f * std::fabs(loss_v3) ? " LOSS DIFFERS FROM V3" : ""), ms);
+        const bool dflt = c.W == 8 && c.S == 2 && c.CB == 8192 && c.pb == 0 && c.tail == 0 && c.ctas == 0;
+        report(v6.name() + (dflt ? " (default)" : "") +
+               (std::fabs(h - loss_v3) > 2e-5f * std::fabs(loss_v3) ? " LOSS DIFFERS FROM V3" : ""), ms);
     }
     if (!all) return 0;
     for (int per_sm : {2, 4}) {
@@ -205,8 +209,9 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
 }
 
 // fast_v6 against a float64 loss computed on the host from the same logits. Odd shapes (unaligned rows,
-// tails, rows shorter than a warp's part), every G and both orders, and "tiny" rows whose target is 30
-// above the rest (the log1p path; mean loss ~1e-8, so 1e-5 relative separates the paths).
+// tails, pieces shorter than a chunk or empty), piece sizes from 16 B to whole rows, every row split or
+// none, and "tiny" rows whose target is far above the rest (the log1p path: a mean loss of ~1e-13, so 1e-5
+// relative separates the paths).
 __global__ void make_tiny(float* x, const int64_t* t, int M, int64_t C) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < M) x[i * C + t[i]] = 40.f;
@@ -225,7 +230,7 @@ static int do_check() {
         const int E = cs.bf16 ? 2 : 4;
         const int64_t M = cs.M, C = cs.C, nel = M * C;
         void* x; int64_t* t; float *ws, *out; unsigned* counter;
-        CK(cudaMalloc(&x, nel * E + 64)); CK(cudaMalloc(&t, M * 8)); CK(cudaMalloc(&ws, (M * 33 + 8192) * 4));
+        CK(cudaMalloc(&x, nel * E + 64)); CK(cudaMalloc(&t, M * 8)); CK(cudaMalloc(&ws, (M * 66 + 8192) * 4));
         CK(cudaMalloc(&out, 64)); CK(cudaMalloc(&counter, 64)); CK(cudaMemset(counter, 0, 64));
         if (cs.bf16) fill_kernel<__nv_bfloat16><<<g_sms * 8, 512>>>((__nv_bfloat16*)x, nel, 77u);
         else fill_kernel<float><<<g_sms * 8, 512>>>((float*)x, nel, 77u);
@@ -253,15 +258,16 @@ static int do_check() {
             ref += std::log1p(rest);
         }
         ref /= M;
-        struct K { int W, G; bool ilv; int64_t ctas; };
-        for (K k : {K{8, 0, true, 0}, K{8, 1, true, 0}, K{8, 2, true, 0}, K{8, 4, false, 0}, K{8, 8, true, 0},
-                    K{8, 8, false, 0}, K{16, 16, true, 0}, K{8, 8, true, 3}, K{8, 2, false, 5}}) {
-            const V6Launch v6(M, C, cs.bf16, k.W, 2, k.W > 8 ? 4096 : 8192, k.G, k.ilv, k.ctas);
+        struct K { int W, CB; int64_t pb, tail, ctas; };
+        for (K k : {K{8, 8192, 0, 0, 0}, K{8, 8192, 1024, 0, 0}, K{8, 8192, 16, 0, 0}, K{8, 8192, 4096, 7, 0},
+                    K{8, 8192, 2048, 1 << 30, 0}, K{16, 4096, 8192, 0, 0}, K{8, 1024, 4096, 0, 3}, K{1, 8192, 64, 0, 1},
+                    K{8, 8192, 1 << 30, 0, 0}}) {
+            const V6Launch v6(M, C, cs.bf16, k.W, 2, k.CB, k.pb, k.tail, k.ctas);
             // The second call must give the same bits (the ticket resets itself; fixed-order sums).
             float h[2];
             for (int rep = 0; rep < 2; ++rep) {
                 CK(cudaMemset(out, 0xff, 64));  // poison: NaN if the kernel never writes
-                v6(x, t, M, (int)C, ws, counter, out);
+                v6(x, t, M, (int)C, ws, (unsigned long long*)counter, out);
                 CK(cudaDeviceSynchronize());
                 if (cs.bf16) { uint16_t b; CK(cudaMemcpy(&b, out, 2, cudaMemcpyDeviceToHost)); uint32_t w = uint32_t(b) << 16; memcpy(&h[rep], &w, 4); }
                 else CK(cudaMemcpy(&h[rep], out, 4, cudaMemcpyDeviceToHost));

@@ -1,19 +1,23 @@
-"""Cross-entropy (mean reduction), v6: fast_v3's per-warp TMA rings, with long rows shared by a CTA's warps
-and the rows in flight kept side by side.
+"""Cross-entropy (mean reduction), v6: fast_v3's per-warp TMA rings, with the rows handed out at run time and
+the last rows split into pieces, so that all warps finish together.
 
 Design (details in docs/perf-notes/cross_entropy.md, section "fast_v6"):
-- fast_v3 gives each warp its own rows: at 8192x32000 fp32 the 1024 warps stream 1024 rows spread over
-  the whole gigabyte. A plain grid-stride read, whose blocks all read one narrow front, is 2-4% faster
-  than that (benchmarks/standalone). v6 lets G warps share a row (G = 8 at 128 KB rows: one row per CTA)
-  and hands rows to row slots round-robin, so the rows being read at any moment are neighbours.
-- Each warp still has a PRIVATE ring of `stages` x `chunk` bytes and one mbarrier per stage; lane 0
-  keeps it full with cp.async.bulk across row boundaries. No warp waits for another while streaming.
-- With G > 1 each warp writes its part's (max, sum) per row to a workspace; after the loop the CTA merges
-  its own rows (one thread per row, parts in order) and forms the losses. With G == 1 (short rows) a warp
-  forms each loss itself, exactly as fast_v3.
+- fast_v3 gives every warp the same number of rows up front. Timestamps on the H200 showed its warps
+  ending over ~40 us (8192x32000 fp32): the median warp ends with the read ceiling's blocks, the last ones
+  ~9 us later, each with only its 16 KB ring in flight. That tail is most of fast_v3's gap to the ceiling.
+- v6: each warp's first unit of work is fixed, later ones come from a global atomic counter (taken one
+  unit ahead, so the atomic's latency hides behind the current unit's copies). Units are whole rows,
+  except that the last rows (one per warp, by default) are cut into 16 KB pieces, so the work left
+  when the counter runs out is pieces, not rows.
+- Each warp still has a PRIVATE ring of `stages` x `chunk` bytes and one mbarrier per stage; lane 0 keeps
+  it full with cp.async.bulk across unit boundaries and records the units it took in a small shared
+  queue that the consumer lanes read.
+- Whole rows: the warp forms the loss and stores it per row. Pieces: (max, sum) per piece; the last CTA
+  (ticket) merges each split row's pieces in order, then sums every row's loss in a fixed order, so the
+  result does not depend on which warp took which unit.
 - Waits are bounded (2 s of %globaltimer): a schedule bug gives NaN, not a hung GPU.
 - Numerics as fast_v3: fp32 exact (x - m) * log2e, bf16 FMA form, scalar unaligned head/tail, NaN
-  propagation, tiny-loss guard (re-read, log1p), single-launch deterministic fused mean (ticket).
+  propagation, tiny-loss guard (re-read, log1p).
 """
 import torch
 import torch.nn as nn
@@ -23,7 +27,8 @@ _cpp_src = r"""
 #include <torch/extension.h>
 torch::Tensor cross_entropy_fast_v6(torch::Tensor logits, torch::Tensor targets, torch::Tensor counter,
                                     int64_t stages, int64_t chunk_bytes, int64_t warps_per_cta,
-                                    int64_t warps_per_row, int64_t ctas_override, int64_t flags);
+                                    int64_t piece_bytes, int64_t tail_rows, int64_t ctas_override,
+                                    int64_t flags);
 """
 
 # Device code only (no torch headers), so it can also be compiled alone with nvcc for -Xptxas -v.
@@ -201,19 +206,9 @@ __device__ __forceinline__ void row_geom(const char* logits, int64_t r, int C, c
     nbytes = static_cast<uint32_t>((C - head) / V) * 16u;
 }
 
-// Row r of the rows that row slot `slot` streams, k-th in its order, or -1 past the end. Blocked: a slot
-// owns `rps` consecutive rows (fast_v3's order). Interleaved: slot s takes rows s, s + nslot, ..., so the
-// rows in flight at any moment are neighbours and the whole grid reads one narrow window of the logits.
-__device__ __forceinline__ int64_t slot_row(int64_t slot, int64_t k, int64_t nslot, int64_t rps, int64_t M,
-                                            bool interleave) {
-    if (k >= rps) return -1;
-    const int64_t r = interleave ? slot + k * nslot : slot * rps + k;
-    return r < M ? r : -1;
-}
-
-// Part `part` of `G` of a row's aligned middle: whole 16-byte vectors, the first parts one vector longer.
-__device__ __forceinline__ void part_range(uint32_t nbytes, int part, int G, uint32_t& off, uint32_t& len) {
-    const uint32_t nvec = nbytes / 16u, per = (nvec + G - 1) / G;
+// Part `part` of `P` of a row's aligned middle: whole 16-byte vectors, the first parts one vector longer.
+__device__ __forceinline__ void part_range(uint32_t nbytes, int part, int P, uint32_t& off, uint32_t& len) {
+    const uint32_t nvec = nbytes / 16u, per = (nvec + P - 1) / P;
     const uint32_t v0 = min(nvec, per * part), v1 = min(nvec, v0 + per);
     off = v0 * 16u;
     len = (v1 - v0) * 16u;
@@ -237,63 +232,86 @@ __device__ __forceinline__ float tiny_loss(const char* row, int C, float m, int 
     return log1pf(rest + (cnt - 1.f));
 }
 
-// G warps share a row (a "row slot" is G warps of one CTA; part p of the row's middle is warp p's). With
-// G == 1 a warp owns whole rows and forms each loss itself, as fast_v3 does. With G > 1 each warp writes
-// its part's (max, sum) to `row_part` [M][G] (part 0 also the target logit to `row_xt`), and after the
-// streaming loop the CTA merges its own rows: no warp waits for another while the ring is running.
-// One CTA per SM is the plan (8 warps x 16 KB rings): no min-blocks bound, so the merge path does not spill.
+// Work units: rows [0, n_whole) one unit each; the last rows [n_whole, M) are split into P pieces each, so
+// that the work left when the units run out is small pieces, not whole rows. Unit u -> (row, piece), piece -1
+// for a whole row. The pieces of one row are consecutive units, so they are streamed side by side.
+__device__ __forceinline__ void decode_unit(int64_t u, int64_t n_whole, int P, int64_t& row, int& piece) {
+    if (u < n_whole) {
+        row = u;
+        piece = -1;
+    } else {
+        const int64_t q = u - n_whole;
+        row = n_whole + q / P;
+        piece = static_cast<int>(q % P);
+    }
+}
+
+constexpr int kQueue = 8;  // per-warp queue of unit ids the producer has taken (power of two)
+
+// counters[0]: ticket of finished CTAs; [1]: work units handed out beyond the first one per warp; [2]: set
+// when a ring wait timed out. The last CTA resets all three for the next launch on this stream.
+//
+// ws layout (floats): row_part [(M - n_whole) * P] float2, row_loss [M], row_xt [M - n_whole].
 template <bool kBf16>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
 ce_v6_kernel(const char* __restrict__ logits, const int64_t* __restrict__ targets, int64_t M, int C,
-             int64_t rps, int G, int interleave, int stages, uint32_t chunk, int use_hint, int proxy_fence,
-             float2* __restrict__ row_part, float* __restrict__ row_xt, float* __restrict__ partials,
-             unsigned int* __restrict__ counter, void* __restrict__ out) {
+             int64_t n_whole, int P, int stages, uint32_t chunk, int use_hint, int proxy_fence,
+             float2* __restrict__ row_part, float* __restrict__ row_loss, float* __restrict__ row_xt,
+             unsigned long long* __restrict__ counters, void* __restrict__ out) {
     using Tr = Traits<kBf16>;
     constexpr int V = Tr::kVec;
     extern __shared__ __align__(128) unsigned char ring_raw[];     // [warp][stage][chunk bytes]
     __shared__ __align__(8) uint64_t bars[kMaxWarps * kMaxStages];  // [warp][stage]
-    __shared__ float warp_acc[kMaxWarps];
+    __shared__ long long unit_q[kMaxWarps][kQueue];
     __shared__ float warp_tot[kMaxWarps];
     __shared__ bool am_last;
 
     const int nwarps = blockDim.x >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int slots_per_cta = nwarps / G;
-    const int64_t nslot = static_cast<int64_t>(gridDim.x) * slots_per_cta;
-    const int64_t slot = static_cast<int64_t>(blockIdx.x) * slots_per_cta + warp / G;
-    const int part = warp % G;
-    const bool ilv = interleave != 0;
+    const int64_t total = n_whole + (M - n_whole) * P;
+    const int64_t all_warps = static_cast<int64_t>(gridDim.x) * nwarps;
+    const int64_t gw = static_cast<int64_t>(blockIdx.x) * nwarps + warp;
     const unsigned char* ring_g = ring_raw + static_cast<uint32_t>(warp * stages) * chunk;  // for ld.shared
     const uint32_t ring_s = smem_addr(ring_g);                                             // for the copies
     const uint32_t bar0 = smem_addr(&bars[warp * kMaxStages]);                              // stage s: bar0 + 8s
+    long long* q = unit_q[warp];
 
-    // ---- producer state: lane 0 only. Walks the warp's (row, chunk) sequence `stages` chunks ahead
-    // of the consumer; a row whose part is empty has no chunks.
-    int64_t pk = -1, pr = 0;
-    uint32_t poff = 0, pnb = 0;
+    // ---- producer: lane 0 only. Takes units (the first one per warp fixed, then from a global counter,
+    // fetched two units ahead so the atomic's latency hides behind the current unit's copies), records them
+    // in the queue for the consumer, and keeps up to `stages` chunks in flight across unit boundaries.
+    int64_t next_u = gw, next2_u = 0;  // the next unit and the one after it (lane 0 sets next2_u)
+    uint32_t poff = 0, pnb = 0, qtail = 0;
     const char* pmid = nullptr;
-    int pslot = 0;
+    int pslot = 0, inflight = 0;
+    bool ended = false;
     uint64_t pol = 0;
-    auto pseek = [&]() {
-        while (poff >= pnb && pr >= 0) {
-            ++pk;
-            poff = 0;
-            pnb = 0;
-            pr = slot_row(slot, pk, nslot, rps, M, ilv);
-            if (pr >= 0) {
+    uint32_t qhead = 0;  // consumer position in the queue: every lane keeps it
+    auto refill = [&]() {
+        while (inflight < stages) {
+            if (poff >= pnb) {
+                if (ended || qtail - qhead >= static_cast<uint32_t>(kQueue)) return;
+                const int64_t u = next_u;
+                if (u >= total) {
+                    q[qtail++ % kQueue] = -1;
+                    ended = true;
+                    return;
+                }
+                next_u = next2_u;
+                next2_u = all_warps + static_cast<int64_t>(atomicAdd(counters + 1, 1ull));
+                q[qtail++ % kQueue] = u;
+                int64_t r;
+                int piece;
+                decode_unit(u, n_whole, P, r, piece);
                 const char* row;
                 int head;
-                uint32_t nb, off;
-                row_geom<kBf16>(logits, pr, C, row, head, nb);
-                part_range(nb, part, G, off, pnb);
+                uint32_t nb, off = 0;
+                row_geom<kBf16>(logits, r, C, row, head, nb);
+                pnb = nb;
+                if (piece >= 0) part_range(nb, piece, P, off, pnb);
                 pmid = row + head * Tr::kElem + off;
+                poff = 0;
+                continue;
             }
-        }
-    };
-    // Fill the slot `pslot` with the next chunk, if any. Byte count for expect_tx and the copy are the
-    // same variable, a multiple of 16, source and destination 16-byte aligned.
-    auto produce = [&]() {
-        if (pr >= 0) {
             const uint32_t nb = min(chunk, pnb - poff);
             const uint32_t bar = bar0 + 8u * pslot;
             const uint32_t dst = ring_s + static_cast<uint32_t>(pslot) * chunk;
@@ -304,7 +322,7 @@ ce_v6_kernel(const char* __restrict__ logits, const int64_t* __restrict__ target
             else bulk_g2s(dst, pmid + poff, nb, bar);
             poff += nb;
             pslot = (pslot + 1 == stages) ? 0 : pslot + 1;
-            pseek();
+            ++inflight;
         }
     };
 
@@ -313,69 +331,75 @@ ce_v6_kernel(const char* __restrict__ logits, const int64_t* __restrict__ target
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         pol = evict_first_policy();
-        pseek();
-        for (int s = 0; s < stages; ++s) produce();
+        next2_u = all_warps + static_cast<int64_t>(atomicAdd(counters + 1, 1ull));
+        refill();
     }
-    __syncwarp();
 
-    // ---- consumer: all lanes, same sequence. Chunk k of the warp sits in slot k % stages and is that
-    // slot's (k / stages)-th use, i.e. phase parity (k / stages) & 1.
+    // ---- consumer: all lanes. Chunk k of the warp sits in slot k % stages and is that slot's
+    // (k / stages)-th use, i.e. phase parity (k / stages) & 1.
     int cslot = 0;
     uint32_t cpar = 0;
-    bool dead = false;  // a wait timed out (bug): stop touching the ring, the result becomes NaN
-    float acc = 0.f;    // G == 1: this warp's row losses, summed in row order (the same in every lane)
-    int64_t r = slot_row(slot, 0, nslot, rps, M, ilv);
-    int64_t t_next = (r >= 0 && part == 0) ? __ldg(targets + r) : 0;
-    for (int64_t k = 0; r >= 0; ++k) {
-        const int64_t r_next = slot_row(slot, k + 1, nslot, rps, M, ilv);
+    while (true) {
+        __syncwarp();  // lane 0's queue writes are visible to the warp
+        const int64_t u = q[qhead % kQueue];
+        ++qhead;
+        if (u < 0) break;
+        if (lane == 0) refill();  // a queue entry is free: the producer may take its next unit now
+        int64_t r;
+        int piece;
+        decode_unit(u, n_whole, P, r, piece);
         const char* row;
         int head;
-        uint32_t nb, off, len;
+        uint32_t nb, off = 0, len;
         row_geom<kBf16>(logits, r, C, row, head, nb);
-        part_range(nb, part, G, off, len);
+        len = nb;
+        if (piece >= 0) part_range(nb, piece, P, off, len);
         const int tail0 = head + static_cast<int>(nb / 16u) * V;
-        // Part 0 owns the scalars: loads now, used after the chunk loop (latency hidden); the target index
-        // one row ahead.
+        // A whole row or piece 0 owns the scalars: loads now, used after the chunk loop (latency hidden).
         float xt = 0.f, ha = -INFINITY, tb = -INFINITY;
-        if (part == 0) {
-            const int64_t t = t_next;
-            if (r_next >= 0) t_next = __ldg(targets + r_next);
+        if (piece <= 0) {
+            const int64_t t = __ldg(targets + r);
             xt = (static_cast<uint64_t>(t) < static_cast<uint64_t>(C)) ? Tr::scalar(row, t) : NAN;
             ha = (lane < head) ? Tr::scalar(row, lane) : -INFINITY;
             tb = (lane < C - tail0) ? Tr::scalar(row, tail0 + lane) : -INFINITY;
         }
 
+        bool dead = false;  // a ring wait timed out (a bug): stop, and make the result NaN
         float m = -INFINITY, s = 0.f;
         for (uint32_t o = 0; o < len; o += chunk) {
             const int nv = static_cast<int>(min(chunk, len - o) / 16u);
-            if (!dead) dead = !__all_sync(0xffffffffu, mbar_wait(bar0 + 8u * cslot, cpar));
-            if (!dead) {
-                const uint4* sl = reinterpret_cast<const uint4*>(ring_g + static_cast<uint32_t>(cslot) * chunk);
-                for (int base = 0; base < nv; base += kStepVec) {
-                    uint4 v[kU];
+            dead = !__all_sync(0xffffffffu, mbar_wait(bar0 + 8u * cslot, cpar));
+            if (dead) break;
+            const uint4* sl = reinterpret_cast<const uint4*>(ring_g + static_cast<uint32_t>(cslot) * chunk);
+            for (int base = 0; base < nv; base += kStepVec) {
+                uint4 v[kU];
 #pragma unroll
-                    for (int u = 0; u < kU; ++u) {
-                        const int idx = base + u * 32 + lane;
-                        v[u] = idx < nv ? sl[idx] : Tr::neg_inf();
-                    }
-                    const float mn = fmaxf(m, Tr::step_max(v));
-                    const float mr = safe_ref(mn);
-                    s = s * ex2((m - mr) * kLog2e) + Tr::step_sum(v, mr);
-                    m = mn;
+                for (int k = 0; k < kU; ++k) {
+                    const int idx = base + k * 32 + lane;
+                    v[k] = idx < nv ? sl[idx] : Tr::neg_inf();
                 }
+                const float mn = fmaxf(m, Tr::step_max(v));
+                const float mr = safe_ref(mn);
+                s = s * ex2((m - mr) * kLog2e) + Tr::step_sum(v, mr);
+                m = mn;
             }
             __syncwarp();  // every lane is done reading this slot before lane 0 refills it
-            if (lane == 0 && !dead) produce();
+            if (lane == 0) {
+                --inflight;
+                refill();
+            }
             if (++cslot == stages) { cslot = 0; cpar ^= 1u; }
+        }
+        if (dead) {
+            if (lane == 0) atomicOr(counters + 2, 1ull);
+            break;
         }
         {
             const float mn = fmaxf(m, fmaxf(ha, tb)), mr = safe_ref(mn);
             s = s * ex2((m - mr) * kLog2e) + (ex2((ha - mr) * kLog2e) + ex2((tb - mr) * kLog2e));
             m = mn;
         }
-
-        // Part max first, then one rescale and a plain sum. Xor butterflies give every lane the same
-        // bits (max and + are commutative).
+        // Max first, then one rescale and a plain sum. Xor butterflies give every lane the same bits.
         float gm = m;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) gm = fmaxf(gm, __shfl_xor_sync(0xffffffffu, gm, o));
@@ -384,109 +408,112 @@ ce_v6_kernel(const char* __restrict__ logits, const int64_t* __restrict__ target
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         m = gm;
 
-        if (G == 1) {
+        if (piece < 0) {
             float loss = (m - xt) + logf(s);
             if (xt == m && s < 2.f) loss = tiny_loss<kBf16>(row, C, m, lane);  // warp-uniform
-            acc += dead ? NAN : loss;
+            if (lane == 0) row_loss[r] = loss;
         } else if (lane == 0) {
-            row_part[r * G + part] = make_float2(m, dead ? NAN : s);
-            if (part == 0) row_xt[r] = xt;
+            row_part[(r - n_whole) * P + piece] = make_float2(m, s);
+            if (piece == 0) row_xt[r - n_whole] = xt;
         }
-        r = r_next;
     }
 
-    if (G > 1) {
-        // Merge this CTA's rows: one thread per row, the parts combined in part order. __syncthreads
-        // makes the block's global writes visible to the block; __ldcg reads them from L2.
-        __syncthreads();
-        const int64_t nloc = static_cast<int64_t>(slots_per_cta) * rps;
-        acc = 0.f;
-        for (int64_t base = static_cast<int64_t>(warp) * 32; base < nloc; base += blockDim.x) {
-            const int64_t li = base + lane;
-            const int64_t rr = li < nloc ? slot_row(static_cast<int64_t>(blockIdx.x) * slots_per_cta + li / rps,
-                                                    li % rps, nslot, rps, M, ilv)
-                                         : -1;
-            float m = -INFINITY, s = 0.f, xt = 0.f, loss = 0.f;
-            if (rr >= 0) {
-                for (int p = 0; p < G; ++p) m = fmaxf(m, __ldcg(&row_part[rr * G + p].x));
-                const float mr = safe_ref(m);
-                for (int p = 0; p < G; ++p) {
-                    const float2 ps = __ldcg(&row_part[rr * G + p]);
-                    s += ps.y * ex2((ps.x - mr) * kLog2e);
-                }
-                xt = __ldcg(row_xt + rr);
-                loss = (m - xt) + logf(s);
-            }
-            unsigned tiny = __ballot_sync(0xffffffffu, rr >= 0 && xt == m && s < 2.f);
-            while (tiny) {
-                const int l = __ffs(tiny) - 1;
-                tiny &= tiny - 1;
-                const int64_t tr = __shfl_sync(0xffffffffu, rr, l);
-                const float tm = __shfl_sync(0xffffffffu, m, l);
-                const float tl = tiny_loss<kBf16>(logits + tr * static_cast<int64_t>(C) * Tr::kElem, C, tm, lane);
-                if (lane == l) loss = tl;
-            }
-            if (rr >= 0) acc += loss;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    }
-
-    if (lane == 0) warp_acc[warp] = acc;
+    // Every thread's stores before the ticket (fence per thread: the stores came from many lanes).
+    __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) {
-        float cta = 0.f;
-        for (int i = 0; i < nwarps; ++i) cta += warp_acc[i];
-        partials[blockIdx.x] = cta;
-        __threadfence();
-        am_last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    }
+    if (threadIdx.x == 0) am_last = atomicAdd(counters, 1ull) == gridDim.x - 1;
     __syncthreads();
     if (!am_last) return;
 
-    // Last CTA: every other CTA's partial is visible (their fence preceded their ticket).
+    // ---- last CTA: merge the split rows (one thread per row, pieces in order), then sum every row's loss
+    // in a fixed order (the units went to warps dynamically; the order of the sum must not follow them).
+    // Both loops keep 8 independent L2 loads in flight per thread: this runs alone at the very end.
     __threadfence();
-    float psum = 0.f;
-    for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += blockDim.x) psum += __ldcg(partials + i);
+    const int64_t n_split = M - n_whole;
+    for (int64_t base = static_cast<int64_t>(warp) * 32; base < n_split; base += blockDim.x) {
+        const int64_t i = base + lane;
+        float m = -INFINITY, s = 0.f, xt = 0.f, loss = 0.f;
+        if (i < n_split) {
+            xt = __ldcg(row_xt + i);
+            for (int p0 = 0; p0 < P; p0 += 8) {
+                float2 v[8];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o);
-    if (lane == 0) warp_tot[warp] = psum;
+                for (int k = 0; k < 8; ++k)
+                    v[k] = p0 + k < P ? __ldcg(&row_part[i * P + p0 + k]) : make_float2(-INFINITY, 0.f);
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {  // online (max, sum), pieces in order
+                    const float mn = fmaxf(m, v[k].x), mr = safe_ref(mn);
+                    s = s * ex2((m - mr) * kLog2e) + v[k].y * ex2((v[k].x - mr) * kLog2e);
+                    m = mn;
+                }
+            }
+            loss = (m - xt) + logf(s);
+        }
+        unsigned tiny = __ballot_sync(0xffffffffu, i < n_split && xt == m && s < 2.f);
+        while (tiny) {
+            const int l = __ffs(tiny) - 1;
+            tiny &= tiny - 1;
+            const int64_t tr = n_whole + __shfl_sync(0xffffffffu, i, l);
+            const float tm = __shfl_sync(0xffffffffu, m, l);
+            const float tl = tiny_loss<kBf16>(logits + tr * static_cast<int64_t>(C) * Tr::kElem, C, tm, lane);
+            if (lane == l) loss = tl;
+        }
+        if (i < n_split) row_loss[n_whole + i] = loss;
+    }
+    __syncthreads();  // the merged losses are visible to the block
+    float acc = 0.f;
+    {
+        // row_loss is 16-byte aligned (the host pads the pieces before it).
+        const float4* rl4 = reinterpret_cast<const float4*>(row_loss);
+        const int64_t n4 = M / 4, step = static_cast<int64_t>(blockDim.x) * 8;
+        for (int64_t b = threadIdx.x; b < n4; b += step) {
+            float4 v[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const int64_t j = b + static_cast<int64_t>(k) * blockDim.x;
+                v[k] = j < n4 ? __ldcg(rl4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+        }
+        if (threadIdx.x < M - n4 * 4) acc += __ldcg(row_loss + n4 * 4 + threadIdx.x);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) warp_tot[warp] = acc;
     __syncthreads();
     if (threadIdx.x == 0) {
         float tot = 0.f;
         for (int w = 0; w < nwarps; ++w) tot += warp_tot[w];
-        const float mean = static_cast<float>(static_cast<double>(tot) / static_cast<double>(M));  // M == 0 -> NaN
+        float mean = static_cast<float>(static_cast<double>(tot) / static_cast<double>(M));  // M == 0 -> NaN
+        if (__ldcg(counters + 2) != 0ull) mean = NAN;
         if (kBf16) *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(mean);
         else *reinterpret_cast<float*>(out) = mean;
-        *counter = 0u;  // ready for the next launch on this stream
+        counters[0] = 0ull;  // ready for the next launch on this stream
+        counters[1] = 0ull;
+        counters[2] = 0ull;
     }
 }
 
-// Launch plan, shared by the extension and the standalone bench. G (warps per row): automatic = the most
-// warps (a power of two dividing W) that still give each at least 12 KB of the row, so long rows are read
-// by a whole CTA and short rows stay one per warp. Persistent grid: the fewest CTAs that still give every
-// row slot the same (ceil) number of rows as a full resident grid.
+// Launch plan, shared by the extension and the standalone bench. Rows of at least two pieces
+// (`piece_bytes`, default 16 KB) are split for the last `tail_rows` rows (default: one per warp of the
+// grid), so the tail is pieces; shorter rows are whole units only. Grid: every resident CTA slot, but
+// no more warps than units.
 struct Plan {
-    int G;
-    int64_t ctas, rps;
+    int P;
+    int64_t ctas, n_whole;
 };
-inline Plan plan_launch(int64_t M, int64_t row_bytes, int W, int occ, int sms, int G_knob,
-                        int64_t ctas_override) {
+inline Plan plan_launch(int64_t M, int64_t row_bytes, int W, int occ, int sms, int64_t piece_bytes,
+                        int64_t tail_rows, int64_t ctas_override) {
     Plan p;
-    p.G = G_knob;
-    if (p.G <= 0) {
-        p.G = 1;
-        while (2 * p.G <= W && W % (2 * p.G) == 0 && row_bytes / (2 * p.G) >= 12288) p.G *= 2;
-    }
-    const int64_t spc = W / p.G;
-    if (ctas_override > 0) {
-        p.ctas = ctas_override;
-    } else {
-        const int64_t cap = static_cast<int64_t>(sms) * occ * spc;
-        const int64_t rps = std::max<int64_t>(1, (M + cap - 1) / cap);
-        p.ctas = std::max<int64_t>(1, ((M + rps - 1) / rps + spc - 1) / spc);
-    }
-    p.rps = std::max<int64_t>(1, (M + p.ctas * spc - 1) / (p.ctas * spc));
+    const int64_t pb = piece_bytes > 0 ? piece_bytes : 16384;
+    p.P = static_cast<int>(std::min<int64_t>(32, std::max<int64_t>(1, row_bytes / pb)));
+    int64_t ctas = ctas_override > 0 ? ctas_override : static_cast<int64_t>(sms) * occ;
+    int64_t split = 0;
+    if (p.P > 1) split = std::min<int64_t>(M, tail_rows > 0 ? tail_rows : ctas * W);
+    p.n_whole = M - split;
+    const int64_t units = p.n_whole + split * p.P;
+    p.ctas = std::max<int64_t>(1, std::min<int64_t>(ctas, (units + W - 1) / W));
     return p;
 }
 
@@ -502,12 +529,12 @@ _host_src = r"""
 #include <tuple>
 
 // Knobs (0 = automatic; tuning hooks for benchmarks): ring stages per warp, bytes per bulk copy,
-// warps per CTA, warps per row, grid size, flags (bit 0: no L2 evict_first hint on the copies; bit 1: no
-// fence.proxy.async before refilling a slot: __syncwarp alone orders the reads, as CUTLASS's TMA
-// pipelines rely on the mbarrier alone; bit 2: blocked row order instead of interleaved).
+// warps per CTA, bytes per piece of a split row, number of split rows, grid size, flags (bit 0: no L2
+// evict_first hint on the copies; bit 1: no fence.proxy.async before refilling a slot).
 torch::Tensor cross_entropy_fast_v6(torch::Tensor logits, torch::Tensor targets, torch::Tensor counter,
                                     int64_t stages, int64_t chunk_bytes, int64_t warps_per_cta,
-                                    int64_t warps_per_row, int64_t ctas_override, int64_t flags) {
+                                    int64_t piece_bytes, int64_t tail_rows, int64_t ctas_override,
+                                    int64_t flags) {
     using namespace ce_v6;
     TORCH_CHECK(logits.is_cuda() && targets.is_cuda(), "cross_entropy: inputs must be CUDA tensors");
     TORCH_CHECK(logits.dim() == 2, "cross_entropy: logits must be 2-D [M, C]");
@@ -515,7 +542,7 @@ torch::Tensor cross_entropy_fast_v6(torch::Tensor logits, torch::Tensor targets,
     const bool bf16 = logits.scalar_type() == at::kBFloat16;
     TORCH_CHECK(bf16 || logits.scalar_type() == at::kFloat, "cross_entropy: logits must be float32 or bfloat16");
     TORCH_CHECK(!targets.is_floating_point() && !targets.is_complex(), "cross_entropy: targets must be integer");
-    TORCH_CHECK(counter.is_cuda() && counter.scalar_type() == at::kInt && counter.numel() == 1 &&
+    TORCH_CHECK(counter.is_cuda() && counter.scalar_type() == at::kLong && counter.numel() == 3 &&
                 counter.device() == logits.device(), "cross_entropy: bad counter workspace");
     const c10::cuda::CUDAGuard guard(logits.device());
     auto x = logits.contiguous();
@@ -541,8 +568,8 @@ torch::Tensor cross_entropy_fast_v6(torch::Tensor logits, torch::Tensor targets,
     auto kern = bf16 ? ce_v6_kernel<true> : ce_v6_kernel<false>;
     const int dev = x.get_device();
     const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-    // Headroom for the kernel's ~1.2 KB of static shared memory.
-    const int64_t max_dyn = static_cast<int64_t>(prop->sharedMemPerBlockOptin) - 2048;
+    // Headroom for the kernel's ~2.2 KB of static shared memory.
+    const int64_t max_dyn = static_cast<int64_t>(prop->sharedMemPerBlockOptin) - 4096;
     TORCH_CHECK(smem <= max_dyn,
                 "cross_entropy: ring (", smem, " B) exceeds the per-block shared memory limit");
     // Per (device, dtype): opt in to the largest dynamic shared memory once; per config: occupancy.
@@ -563,24 +590,25 @@ torch::Tensor cross_entropy_fast_v6(torch::Tensor logits, torch::Tensor targets,
         TORCH_CHECK(n >= 1, "cross_entropy: config does not fit on an SM");
         o = n;
     }
-    TORCH_CHECK(warps_per_row >= 0 && warps_per_row <= W && (warps_per_row == 0 || W % warps_per_row == 0),
-                "cross_entropy: warps per row must divide warps per CTA");
-    const bool interleave = (flags & 4) == 0;
-    const Plan p = plan_launch(M, C * x.element_size(), W, o, prop->multiProcessorCount,
-                               static_cast<int>(warps_per_row), ctas_override);
+    TORCH_CHECK(piece_bytes >= 0 && piece_bytes % 16 == 0, "cross_entropy: piece bytes must be a multiple of 16");
+    const Plan p = plan_launch(M, C * x.element_size(), W, o, prop->multiProcessorCount, piece_bytes, tail_rows,
+                               ctas_override);
+    const int64_t n_split = M - p.n_whole;
+    TORCH_CHECK(p.n_whole + n_split * p.P < (int64_t(1) << 62), "cross_entropy: too many work units");
 
     auto out = torch::empty({}, x.options());
-    // One workspace: CTA partials, then (G > 1) per-row part (max, sum) pairs and target logits.
-    const int64_t ws_floats = p.ctas + (p.G > 1 ? M * (2 * p.G + 1) + 2 : 0);
-    auto ws = torch::empty({ws_floats}, x.options().dtype(at::kFloat));
-    float* partials = ws.data_ptr<float>();
-    float2* row_part = p.G > 1 ? reinterpret_cast<float2*>(partials + ((p.ctas + 1) & ~int64_t(1))) : nullptr;
-    float* row_xt = p.G > 1 ? reinterpret_cast<float*>(row_part + M * p.G) : nullptr;
+    // One workspace: the split rows' piece (max, sum) pairs, every row's loss, the split rows' target logits.
+    // row_loss starts 16-byte aligned (the last CTA reads it as float4).
+    const int64_t loss_at = (2 * n_split * p.P + 3) & ~int64_t(3);
+    auto ws = torch::empty({loss_at + M + n_split}, x.options().dtype(at::kFloat));
+    float2* row_part = reinterpret_cast<float2*>(ws.data_ptr<float>());
+    float* row_loss = ws.data_ptr<float>() + loss_at;
+    float* row_xt = row_loss + M;
     auto stream = at::cuda::getCurrentCUDAStream();
     kern<<<static_cast<unsigned>(p.ctas), W * 32, static_cast<size_t>(smem), stream>>>(
-        static_cast<const char*>(x.data_ptr()), t.data_ptr<int64_t>(), M, static_cast<int>(C), p.rps, p.G,
-        interleave ? 1 : 0, S, static_cast<uint32_t>(CB), (flags & 1) ? 0 : 1, (flags & 2) ? 0 : 1, row_part,
-        row_xt, partials, reinterpret_cast<unsigned int*>(counter.data_ptr<int>()), out.data_ptr());
+        static_cast<const char*>(x.data_ptr()), t.data_ptr<int64_t>(), M, static_cast<int>(C), p.n_whole, p.P, S,
+        static_cast<uint32_t>(CB), (flags & 1) ? 0 : 1, (flags & 2) ? 0 : 1, row_part, row_loss, row_xt,
+        reinterpret_cast<unsigned long long*>(counter.data_ptr<int64_t>()), out.data_ptr());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
@@ -595,8 +623,9 @@ _ext = load_inline(
     verbose=False,
 )
 
-# One self-resetting ticket per device (the kernel's last CTA sets it back to 0). Calls that run
-# concurrently on different streams of one device would share it: not supported.
+# One self-resetting set of counters per device (ticket, work counter, timeout flag; the kernel's last CTA
+# sets them back to 0). Calls that run concurrently on different streams of one device would share them:
+# not supported.
 _counters = {}
 
 
@@ -604,15 +633,15 @@ def _counter(device: torch.device) -> torch.Tensor:
     key = (device.type, device.index)
     c = _counters.get(key)
     if c is None:
-        c = torch.zeros(1, dtype=torch.int32, device=device)
+        c = torch.zeros(3, dtype=torch.int64, device=device)
         _counters[key] = c
     return c
 
 
 # Defaults (0 = the extension's automatic choice); the bench script sweeps these. FLAGS = 1 drops the
 # L2 evict_first hint: on the H200 that was 2-4% faster on three of the four timing shapes and even on
-# the fourth (benchmarks/bench_ce_v6.py, 2026-11-30).
-STAGES, CHUNK_BYTES, WARPS_PER_CTA, WARPS_PER_ROW, FLAGS = 0, 0, 0, 0, 1
+# the fourth (benchmarks/bench_ce_v3.py, 2026-11-30).
+STAGES, CHUNK_BYTES, WARPS_PER_CTA, PIECE_BYTES, TAIL_ROWS, FLAGS = 0, 0, 0, 0, 0, 1
 
 
 class ModelNew(nn.Module):
@@ -621,4 +650,4 @@ class ModelNew(nn.Module):
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return _ext.cross_entropy_fast_v6(logits, targets, _counter(logits.device), STAGES, CHUNK_BYTES,
-                                          WARPS_PER_CTA, WARPS_PER_ROW, 0, FLAGS)
+                                          WARPS_PER_CTA, PIECE_BYTES, TAIL_ROWS, 0, FLAGS)
