@@ -10,7 +10,6 @@ bin=${1:-$here/bin}
 gen="$bin/gen"
 mkdir -p "$bin" "$gen"
 python3 "$here/extract_src.py" "$root/solutions/cross_entropy/fast_v3.py" "$gen/ce_v3.cuh"
-python3 "$here/extract_src.py" "$root/solutions/cross_entropy/fast_v6.py" "$gen/ce_v6.cuh"
 python3 "$here/extract_src.py" "$root/solutions/softmax/fast_v4.py" "$gen/softmax_v4.cuh" _v1_kernels_src _v4_kernels_src
 for src in "$here"/*.cu; do
     name=$(basename "$src" .cu)

@@ -9,6 +9,9 @@ Design (details in docs/perf-notes/cross_entropy.md, section "fast_v3"):
   (one request per 16 bytes); a bulk copy is one request per chunk.
 - All 32 lanes wait on the stage's mbarrier (parity = use count & 1), read with 16-byte shared loads,
   keep an online (max, sum) in base 2; __syncwarp, then lane 0 refills that stage. No block barriers.
+- float32 (eighth session): the lanes first move the whole chunk (<= 8 KB, 16 vectors each) to
+  registers, lane 0 refills the slot, and only then the math runs, so `stages` chunks stay in flight
+  while the warp computes. Same math in the same order: bit-identical losses.
 - Waits are bounded (2 s of %globaltimer): a schedule bug gives NaN, not a hung GPU.
 - Numerics as fast.py: fp32 exact (x - m) * log2e, bf16 FMA form, scalar unaligned head/tail, NaN
   propagation, tiny-loss guard (re-read, log1p), single-launch deterministic fused mean (ticket).
@@ -36,6 +39,7 @@ constexpr int kMaxWarps = 16;               // warps per CTA (runtime knob, <= t
 constexpr int kMaxStages = 8;               // ring stages per warp (runtime knob, <= this)
 constexpr int kU = 4;                       // 16-byte vectors per lane per step
 constexpr int kStepVec = 32 * kU;           // vectors per warp per step (2 KB)
+constexpr int kRegVec = 16;                 // vectors per lane a staged chunk fills: chunks <= 8 KB
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned long long kWaitLimitNs = 2000000000ull;  // a correct wait is microseconds
 
@@ -186,6 +190,15 @@ template <> struct Traits<true> {  // bfloat16
 // -inf max (nothing seen yet, or an all -inf row) must not turn into (-inf) - (-inf) = NaN.
 __device__ __forceinline__ float safe_ref(float m) { return m == -INFINITY ? 0.f : m; }
 
+// One step of the online (max, sum): kU vectors per lane.
+template <bool kBf16>
+__device__ __forceinline__ void online_step(const uint4 (&v)[kU], float& m, float& s) {
+    const float mn = fmaxf(m, Traits<kBf16>::step_max(v));
+    const float mr = safe_ref(mn);
+    s = s * ex2((m - mr) * kLog2e) + Traits<kBf16>::step_sum(v, mr);
+    m = mn;
+}
+
 // A row: scalar head up to the first 16-byte boundary, `nbytes` of 16-byte-aligned middle (what the
 // bulk copies move), scalar tail. Producer and consumer both derive the chunk sequence from this.
 template <bool kBf16>
@@ -198,8 +211,10 @@ __device__ __forceinline__ void row_geom(const char* logits, int64_t r, int C, c
     nbytes = static_cast<uint32_t>((C - head) / V) * 16u;
 }
 
-template <bool kBf16>
-__global__ void __launch_bounds__(kMaxWarps * 32, 2)
+// kStage: move each chunk to registers before the math (see the loop). Its 16 vectors per lane need more
+// than the 64 registers that two CTAs of 512 threads would leave.
+template <bool kBf16, bool kStage>
+__global__ void __launch_bounds__(kMaxWarps * 32, kStage ? 1 : 2)
 ce_v3_kernel(const char* __restrict__ logits, const int64_t* __restrict__ targets, int64_t M, int C,
              int64_t rpw, int stages, uint32_t chunk, int use_hint, int proxy_fence, float* __restrict__ partials,
              unsigned int* __restrict__ counter, void* __restrict__ out) {
@@ -292,23 +307,44 @@ ce_v3_kernel(const char* __restrict__ logits, const int64_t* __restrict__ target
         for (uint32_t off = 0; off < nb; off += chunk) {
             const int nv = static_cast<int>(min(chunk, nb - off) / 16u);
             if (!dead) dead = !__all_sync(0xffffffffu, mbar_wait(bar0 + 8u * cslot, cpar));
-            if (!dead) {
-                const uint4* slot = reinterpret_cast<const uint4*>(ring_g + static_cast<uint32_t>(cslot) * chunk);
-                for (int base = 0; base < nv; base += kStepVec) {
-                    uint4 v[kU];
+            const uint4* slot = reinterpret_cast<const uint4*>(ring_g + static_cast<uint32_t>(cslot) * chunk);
+            if constexpr (kStage) {
+                // The whole chunk to registers first, so the slot is refilled before the math and the copy
+                // engine keeps `stages` chunks in flight while this warp computes. Same math, same order.
+                uint4 v[kRegVec];
+                if (!dead) {
 #pragma unroll
-                    for (int u = 0; u < kU; ++u) {
-                        const int idx = base + u * 32 + lane;
-                        v[u] = idx < nv ? slot[idx] : Tr::neg_inf();
+                    for (int k = 0; k < kRegVec; ++k) {
+                        const int idx = k * 32 + lane;
+                        v[k] = idx < nv ? slot[idx] : Tr::neg_inf();
                     }
-                    const float mn = fmaxf(m, Tr::step_max(v));
-                    const float mr = safe_ref(mn);
-                    s = s * ex2((m - mr) * kLog2e) + Tr::step_sum(v, mr);
-                    m = mn;
                 }
+                __syncwarp();  // every lane holds its part of the slot before lane 0 refills it
+                if (lane == 0 && !dead) produce();
+                if (!dead) {
+#pragma unroll
+                    for (int b = 0; b < kRegVec; b += kU) {
+                        uint4 w[kU];
+#pragma unroll
+                        for (int u = 0; u < kU; ++u) w[u] = v[b + u];
+                        online_step<kBf16>(w, m, s);
+                    }
+                }
+            } else {
+                if (!dead) {
+                    for (int base = 0; base < nv; base += kStepVec) {
+                        uint4 v[kU];
+#pragma unroll
+                        for (int u = 0; u < kU; ++u) {
+                            const int idx = base + u * 32 + lane;
+                            v[u] = idx < nv ? slot[idx] : Tr::neg_inf();
+                        }
+                        online_step<kBf16>(v, m, s);
+                    }
+                }
+                __syncwarp();  // every lane is done reading this slot before lane 0 refills it
+                if (lane == 0 && !dead) produce();
             }
-            __syncwarp();  // every lane is done reading this slot before lane 0 refills it
-            if (lane == 0 && !dead) produce();
             if (++cslot == stages) { cslot = 0; cpar ^= 1u; }
         }
         {
@@ -391,7 +427,9 @@ _host_src = r"""
 // Knobs (0 = automatic; tuning hooks for benchmarks): ring stages per warp, bytes per bulk copy,
 // warps per CTA, grid size, flags (bit 0: no L2 evict_first hint on the copies; bit 1: no
 // fence.proxy.async before refilling a slot: __syncwarp alone orders the reads, as CUTLASS's TMA
-// pipelines rely on the mbarrier alone).
+// pipelines rely on the mbarrier alone; bit 2: never stage chunks in registers; bit 3: stage them for
+// bfloat16 too). Staging is the float32 default: it gained 0.9-1.8% on the H200 at the float32 timing
+// shapes and lost 0.9-2.3% at the bfloat16 ones (benchmarks/standalone, 2026-12-01).
 torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets, torch::Tensor counter,
                                     int64_t stages, int64_t chunk_bytes, int64_t warps_per_cta,
                                     int64_t ctas_override, int64_t flags) {
@@ -425,25 +463,29 @@ torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets,
     TORCH_CHECK(W >= 1 && W <= kMaxWarps, "cross_entropy: warps per CTA must be 1..", kMaxWarps);
     const int64_t smem = static_cast<int64_t>(W) * S * CB;
 
-    auto kern = bf16 ? ce_v3_kernel<true> : ce_v3_kernel<false>;
+    const bool stage = (flags & 4) ? false : ((flags & 8) || !bf16) && CB <= kRegVec * 32 * 16;
+    TORCH_CHECK(!(flags & 8) || CB <= kRegVec * 32 * 16, "cross_entropy: staged chunks must be <= ",
+                kRegVec * 32 * 16, " bytes");
+    auto kern = bf16 ? (stage ? ce_v3_kernel<true, true> : ce_v3_kernel<true, false>)
+                     : (stage ? ce_v3_kernel<false, true> : ce_v3_kernel<false, false>);
     const int dev = x.get_device();
     const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
     // Headroom for the kernel's ~1.2 KB of static shared memory.
     const int64_t max_dyn = static_cast<int64_t>(prop->sharedMemPerBlockOptin) - 2048;
     TORCH_CHECK(smem <= max_dyn,
                 "cross_entropy: ring (", smem, " B) exceeds the per-block shared memory limit");
-    // Per (device, dtype): opt in to the largest dynamic shared memory once; per config: occupancy.
-    static std::map<std::tuple<int, bool>, bool> configured;
-    static std::map<std::tuple<int, bool, int, int64_t>, int> occ;
-    if (!configured[std::make_tuple(dev, bf16)]) {
+    // Per (device, dtype, staging): opt in to the largest dynamic shared memory once; per config: occupancy.
+    static std::map<std::tuple<int, bool, bool>, bool> configured;
+    static std::map<std::tuple<int, bool, bool, int, int64_t>, int> occ;
+    if (!configured[std::make_tuple(dev, bf16, stage)]) {
         C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(max_dyn)));
         // All of L1 as shared memory: only the few scalar loads use L1.
         C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                             cudaSharedmemCarveoutMaxShared));
-        configured[std::make_tuple(dev, bf16)] = true;
+        configured[std::make_tuple(dev, bf16, stage)] = true;
     }
-    int& o = occ[std::make_tuple(dev, bf16, W, smem)];
+    int& o = occ[std::make_tuple(dev, bf16, stage, W, smem)];
     if (o == 0) {
         int n = 0;
         C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, W * 32, static_cast<size_t>(smem)));
