@@ -39,7 +39,7 @@ for step in "$@"; do
       timeout 1500 "${cmd[@]}" 2>&1 | tee -a "$OUT/eval_$name.log" | grep -v "^  "
       cp results/runs.jsonl "$OUT/" 2>/dev/null ;;
     tests)
-      log tests; timeout 900 python3 -m pytest -q -m gpu -ra -n 4 2>&1 | tee "$OUT/tests_gpu.log" | tail -30 ;;
+      log tests; timeout 900 python3 -m pytest -q -m gpu -ra --tb=short -n 4 2>&1 | tee "$OUT/tests_gpu.log" | tail -30 ;;
     crosscheck)
       log crosscheck; timeout 900 python3 benchmarks/crosscheck_do_bench.py 2>&1 | tee "$OUT/crosscheck.log" ;;
     check:*)
