@@ -37,12 +37,14 @@ class ScriptedWorker:
         self.spec["closed"] += 1
 
 
-def _reply(median_ms, launch_ms=None, wall_ms=None, device_ms=None):
+def _reply(median_ms, launch_ms=None, wall_ms=None, device_ms=None, retimed_ms=None):
     """A worker's timing reply; by default host-bound (launching took the whole median) and honest."""
     launch_ms = median_ms if launch_ms is None else launch_ms
     stats = {"median_ms": median_ms, "mean_ms": median_ms, "std_ms": 0.0, "min_ms": median_ms, "max_ms": median_ms,
              "reps": 10, "se_pct": 0.1, "timer": "cuda-events", "budget_hit": False, "device_ms": device_ms}
     batch = {"calls": 20, "launch_ms_per_call": launch_ms, "wall_ms_per_call": wall_ms or 1.05 * median_ms, "batches": 2}
+    if retimed_ms is not None:
+        batch.update(retimed_median_ms=retimed_ms, batches=6)
     return {"status": "ok", "stats": stats, "batch": batch, "kept": []}
 
 
@@ -91,6 +93,17 @@ def test_every_process_figure_is_checked_as_the_first_is(tmp_path, monkeypatch, 
     with pytest.raises(Failure) as caught:
         _time_scripted(tmp_path, monkeypatch, [_reply(0.20), extra, _reply(0.22)])
     assert caught.value.rule == rule and words in caught.value.reason
+
+
+def test_the_escape_bound_follows_a_median_re_timed_under_contention(tmp_path, monkeypatch):
+    """The worker re-timed the calls because every batch was slow: a re-timed median as slow as the batch
+    clears it (the figure stays the first median); one that is still fast does not."""
+    record, _ = _time_scripted(tmp_path, monkeypatch, [_reply(0.20, launch_ms=0.05, wall_ms=1.0, retimed_ms=0.9)])
+    entry = record["timings"][0]
+    assert entry["median_ms"] == 0.20 and entry["batch"]["retimed_median_ms"] == 0.9
+    with pytest.raises(Failure) as caught:
+        _time_scripted(tmp_path, monkeypatch, [_reply(0.20, launch_ms=0.05, wall_ms=1.0, retimed_ms=0.21)])
+    assert caught.value.rule == "escaped-timing" and "(210.0 us re-timed)" in caught.value.reason
 
 
 def test_a_failed_extra_process_fails_a_solution_but_only_the_shape_of_a_baseline(tmp_path, monkeypatch):

@@ -59,6 +59,49 @@ def test_escape_check_retries_a_slow_moment_but_not_a_slow_solution(monkeypatch)
     assert batch["batches"] == 2
 
 
+def test_escape_check_re_times_under_lasting_contention_but_not_for_hidden_work(monkeypatch):
+    """Contention that outlasts every batch slows the re-timed median as well, so the bound follows it;
+    work hidden from the events stays hidden in the re-timing, so the bound does not move for it."""
+    queued = {"s": 0.0}
+
+    def synchronise(device):
+        time.sleep(queued["s"])
+        queued["s"] = 0.0
+
+    monkeypatch.setattr(timing, "_sync", synchronise)
+
+    def queuing(ms_per_call):
+        def fn(x):
+            queued["s"] += ms_per_call / 1e3
+            return x
+        return fn
+
+    retimes = []
+
+    def retime_at(ms):
+        def retime():
+            retimes.append(ms)
+            return ms
+        return retime
+
+    # Every batch is slow (2 ms a call against a 0.5 ms median), and so are the calls when timed again.
+    batch = timing.host_batch_check(queuing(2.0), [[1]], CPU, calls=5, expected_ms=0.5, retime=retime_at(2.0))
+    assert retimes == [2.0] and batch["retimed_median_ms"] == 2.0 and batch["batches"] == 3
+    assert batch["wall_ms_per_call"] <= timing.escape_bound(batch["retimed_median_ms"], batch["launch_ms_per_call"])
+
+    # Hidden work: the events (and so the re-timing) still see 0.1 ms; every batch stays over the bound.
+    retimes.clear()
+    batch = timing.host_batch_check(queuing(2.0), [[1]], CPU, calls=5, expected_ms=0.1, max_batches=4,
+                                    retime=retime_at(0.1))
+    assert retimes == [0.1] and batch["batches"] == 4
+    assert batch["wall_ms_per_call"] > timing.escape_bound(max(0.1, batch["retimed_median_ms"]), batch["launch_ms_per_call"])
+
+    # A batch that passes at once never re-times.
+    retimes.clear()
+    batch = timing.host_batch_check(queuing(0.0), [[1]], CPU, expected_ms=0.5, retime=retime_at(9.0))
+    assert retimes == [] and "retimed_median_ms" not in batch
+
+
 def test_host_bound_means_issuing_the_call_took_most_of_its_median():
     assert timing.is_host_bound(1.0, {"launch_ms_per_call": 0.8})
     assert not timing.is_host_bound(1.0, {"launch_ms_per_call": 0.79})
