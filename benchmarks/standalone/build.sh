@@ -13,7 +13,23 @@ python3 "$here/extract_src.py" "$root/solutions/cross_entropy/fast_v3.py" "$gen/
 python3 "$here/extract_src.py" "$root/solutions/softmax/fast_v4.py" "$gen/softmax_v4.cuh" _v1_kernels_src _v4_kernels_src
 for src in "$here"/*.cu; do
     name=$(basename "$src" .cu)
+    [ "$name" = infonce_bench ] && continue  # needs sm_90a (wgmma): built below
     "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -cudart static -lineinfo \
         -Xptxas -v -I"$gen" -o "$bin/$name" "$src" 2> "$bin/$name.ptxas.txt" || {
         cat "$bin/$name.ptxas.txt"; exit 1; }
 done
+
+# InfoNCE: fast_v3's device string as is; fast.py's string is one torch extension source, so only its device part
+# (its anonymous namespace, everything before the torch host function) is kept.
+python3 "$here/extract_src.py" "$root/solutions/infonce/fast_v3.py" "$gen/infonce_v3.cuh"
+python3 "$here/extract_src.py" "$root/solutions/infonce/fast.py" "$gen/infonce_fast_full.cuh" _cuda_src
+python3 - "$gen/infonce_fast_full.cuh" "$gen/infonce_fast_dev.cuh" <<'EOF_PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines(keepends=True)
+start = lines.index("namespace {\n")
+end = lines.index("}  // namespace\n", start)
+open(sys.argv[2], "w").write("".join(lines[start:end + 1]))
+EOF_PY
+"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo \
+    -Xptxas -v -I"$here" -I"$gen" -o "$bin/infonce_bench" "$here/infonce_bench.cu" 2> "$bin/infonce_bench.ptxas.txt" || {
+    cat "$bin/infonce_bench.ptxas.txt"; exit 1; }
