@@ -1025,7 +1025,6 @@ static const WgVariant kWgVariants[] = {
     {"wg2_n40_pd2_k4", 2, 40, 2, 4, infonce_wgmma_kernel<2, 40, 2, 4>, 0.85, false},
     {"wg2_n40_pd4_k2", 2, 40, 4, 2, infonce_wgmma_kernel<2, 40, 4, 2>, 0.85, false},
     {"wg1_n40_pd4_k2", 1, 40, 4, 2, infonce_wgmma_kernel<1, 40, 4, 2>, 0.85, false},
-    {"wg2_n128_pd1_k2", 2, 128, 1, 2, infonce_wgmma_kernel<2, 128, 1, 2>, 1.00, false},
     {"wg2_n96_pd2_k4", 2, 96, 2, 4, infonce_wgmma_kernel<2, 96, 2, 4>, 0.97, false},
     {"wg2_n80_pd2_k4", 2, 80, 2, 4, infonce_wgmma_kernel<2, 80, 2, 4>, 0.95, false},
 #endif
