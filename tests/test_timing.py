@@ -30,8 +30,9 @@ def test_time_calls_warms_up_pauses_the_collector_and_restores_it():
     assert not any(timed), "the collector ran during timed calls"
 
 
-def test_escape_check_retries_a_slow_moment_but_not_a_slow_solution(monkeypatch):
-    """Device work is emulated: a call queues work, and the device-wide synchronise waits for it."""
+def _emulated_device(monkeypatch):
+    """Device work emulated on the CPU: call_queuing(seconds_for_call) makes a call that queues that much work
+    (seconds_for_call(n) for the n-th call), and the device-wide synchronise sleeps it off."""
     queued = {"s": 0.0, "calls": 0}
 
     def synchronise(device):
@@ -47,6 +48,11 @@ def test_escape_check_retries_a_slow_moment_but_not_a_slow_solution(monkeypatch)
             return x
         return fn
 
+    return call_queuing
+
+
+def test_escape_check_retries_a_slow_moment_but_not_a_slow_solution(monkeypatch):
+    call_queuing = _emulated_device(monkeypatch)
     slow_moment = call_queuing(lambda n: 0.005 if n <= 40 else 0.0002)  # the first two batches of 20 are slow
     batch = timing.host_batch_check(slow_moment, [[1]], CPU, expected_ms=0.5)
     assert batch["batches"] == 3 and batch["wall_ms_per_call"] <= timing.escape_bound(0.5, batch["launch_ms_per_call"])
@@ -62,19 +68,10 @@ def test_escape_check_retries_a_slow_moment_but_not_a_slow_solution(monkeypatch)
 def test_escape_check_re_times_under_lasting_contention_but_not_for_hidden_work(monkeypatch):
     """Contention that outlasts every batch slows the re-timed median as well, so the bound follows it;
     work hidden from the events stays hidden in the re-timing, so the bound does not move for it."""
-    queued = {"s": 0.0}
-
-    def synchronise(device):
-        time.sleep(queued["s"])
-        queued["s"] = 0.0
-
-    monkeypatch.setattr(timing, "_sync", synchronise)
+    call_queuing = _emulated_device(monkeypatch)
 
     def queuing(ms_per_call):
-        def fn(x):
-            queued["s"] += ms_per_call / 1e3
-            return x
-        return fn
+        return call_queuing(lambda n: ms_per_call / 1e3)
 
     retimes = []
 

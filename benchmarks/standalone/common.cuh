@@ -22,9 +22,10 @@ static const size_t kFlushBytes = 256u << 20;
 static int g_sms = 0;
 
 // Median of `reps` calls (after 3 warm-ups), CUDA events around each, a 256 MB memset before each so that
-// no call finds its inputs in L2.
-template <class F>
-static double time_median(F&& launch, int reps) {
+// no call finds its inputs in L2. `wait(end_event)` waits for each call (benches that bound their waits pass
+// their own).
+template <class F, class Wait>
+static double time_median_waiting(F&& launch, int reps, Wait&& wait) {
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
@@ -34,7 +35,7 @@ static double time_median(F&& launch, int reps) {
         CK(cudaEventRecord(a));
         launch();
         CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
+        wait(b);
         float t;
         CK(cudaEventElapsedTime(&t, a, b));
         if (i >= 3) ms.push_back(t);
@@ -44,4 +45,9 @@ static double time_median(F&& launch, int reps) {
     CK(cudaEventDestroy(b));
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
+}
+
+template <class F>
+static double time_median(F&& launch, int reps) {
+    return time_median_waiting(launch, reps, [](cudaEvent_t end) { CK(cudaEventSynchronize(end)); });
 }

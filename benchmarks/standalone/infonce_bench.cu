@@ -83,29 +83,10 @@ static void check_launch(cudaError_t e, const char* what) {
     }
 }
 
-// Same method as common.cuh's time_median (memset flush, events, median of reps after 3 warm-ups), but every
-// wait is bounded.
+// common.cuh's timer with every wait bounded.
 template <class F>
 static double time_median_guarded(F&& launch, int reps, const char* what) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int i = 0; i < reps + 3; ++i) {
-        CK(cudaMemsetAsync(g_flush, i & 0xff, kFlushBytes));
-        CK(cudaEventRecord(a));
-        launch();
-        CK(cudaEventRecord(b));
-        sync_or_die(what);
-        float t;
-        CK(cudaEventElapsedTime(&t, a, b));
-        if (i >= 3) ms.push_back(t);
-    }
-    CK(cudaGetLastError());
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
+    return time_median_waiting(launch, reps, [&](cudaEvent_t) { sync_or_die(what); });
 }
 
 // Host copy of common.cuh's hash32 (same formula).
