@@ -23,7 +23,9 @@ Design (details and the error argument: docs/perf-notes/infonce.md, section "Eig
   * The device code (`_kernel_src`) has no torch headers: benchmarks/standalone/infonce_bench.cu compiles the
     same string and calls the same plan()/launch().
 The workspace and its counters are persistent per device: do not run this op concurrently on two streams of
-one device (as fast.py).
+one device (as fast.py). Built for sm_90a only (wgmma): it runs on H100/H200-class GPUs and nowhere else.
+Measured on the H200 (2026-12-01): correct on every correctness shape; 5.67 ms at 4096x1024 N=65536 (fast.py
+8.77 ms in the same bench call), 26.6 us at the seed shape (fast.py 27.8 us).
 """
 import torch
 import torch.nn as nn
