@@ -331,11 +331,10 @@ def host_batch_check(fn, input_sets: list, device, calls: int = 20, batches: int
             batch["events_ms_per_call"] = _elapsed_time(begin, end) / calls
         if best is None or batch["wall_ms_per_call"] < best["wall_ms_per_call"]:
             best = batch
-        if done_batches < batches or expected_ms is None:
-            if done_batches >= batches:
-                break
+        if done_batches < batches:
             continue
-        if best["wall_ms_per_call"] <= escape_bound(max(expected_ms, retimed or 0.0), best["launch_ms_per_call"]):
+        if expected_ms is None or best["wall_ms_per_call"] <= escape_bound(max(expected_ms, retimed or 0.0),
+                                                                             best["launch_ms_per_call"]):
             break
         if retime is not None and retimed is None:
             retimed = retime()

@@ -115,31 +115,27 @@ __global__ void __launch_bounds__(512, 1) tma_read_kernel(const char* __restrict
     if (acc == 12345.678f) out[0] = acc;
 }
 
-// fast_v3's launch with a given ring and flags: the grid sizing and the staging choice of the extension
-// (persistent, every warp the same number of rows; chunks staged in registers for float32 unless flags bit
-// 2, for bfloat16 too with bit 3). Planned once, outside the timed interval, so that the host's attribute
-// and occupancy queries do not delay the timed launch.
-using CeKernel = void (*)(const char*, const int64_t*, int64_t, int, int64_t, int, uint32_t, int, int, float*,
-                          unsigned*, void*);
+// fast_v3's launch with a given ring and flags, through the extension's own staging choice and grid plan
+// (ce_v3::stage_chunks, pick_kernel, plan_grid). Planned once, outside the timed interval, so that the host's
+// attribute and occupancy queries do not delay the timed launch.
 struct RingLaunch {
-    CeKernel kern;
+    ce_v3::CeKernel kern;
     bool stage;
     int W, S, CB, smem, occ;
     int64_t rpw, ctas;
     RingLaunch(int64_t M, bool bf16, int W_, int S_, int CB_, int flags = 0)
         : W(W_), S(S_), CB(CB_), smem(W_ * S_ * CB_) {
-        stage = (flags & 4) ? false : ((flags & 8) || !bf16) && CB <= ce_v3::kRegVec * 32 * 16;
-        kern = bf16 ? (stage ? ce_v3::ce_v3_kernel<true, true> : ce_v3::ce_v3_kernel<true, false>)
-                    : (stage ? ce_v3::ce_v3_kernel<false, true> : ce_v3::ce_v3_kernel<false, false>);
+        stage = ce_v3::stage_chunks(bf16, CB, flags);
+        kern = ce_v3::pick_kernel(bf16, stage);
         int optin = 0;
         CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 2048));
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, W * 32, smem));
         if (occ < 1) { fprintf(stderr, "v3 W%d S%d CB%d does not fit on an SM\n", W, S, CB); exit(1); }
-        const int64_t max_warps = (int64_t)g_sms * occ * W;
-        rpw = std::max<int64_t>(1, (M + max_warps - 1) / max_warps);
-        ctas = ((M + rpw - 1) / rpw + W - 1) / W;
+        const ce_v3::Grid grid = ce_v3::plan_grid(M, W, occ, g_sms, 0);
+        rpw = grid.rpw;
+        ctas = grid.ctas;
     }
     // use_hint 0 (the solution's FLAGS = 1), proxy fence on
     void operator()(const void* x, const int64_t* t, int64_t M, int C, float* partials, unsigned* counter,

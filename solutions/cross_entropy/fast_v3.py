@@ -413,6 +413,38 @@ ce_v3_kernel(const char* __restrict__ logits, const int64_t* __restrict__ target
     }
 }
 
+// ---------------------------------------------------------------- launch choices (plain host C++, no torch)
+// Shared by the extension and benchmarks/standalone/ce_stream.cu, so the bench times what the extension runs.
+using CeKernel = void (*)(const char*, const int64_t*, int64_t, int, int64_t, int, uint32_t, int, int, float*,
+                          unsigned int*, void*);
+constexpr int64_t kMaxStagedChunk = kRegVec * 32 * 16;
+
+// flags bit 2: never stage; bit 3: stage bfloat16 too. Staging is the float32 default (chunks <= 8 KB).
+inline bool stage_chunks(bool bf16, int64_t chunk_bytes, int64_t flags) {
+    return (flags & 4) ? false : ((flags & 8) || !bf16) && chunk_bytes <= kMaxStagedChunk;
+}
+inline CeKernel pick_kernel(bool bf16, bool stage) {
+    return bf16 ? (stage ? ce_v3_kernel<true, true> : ce_v3_kernel<true, false>)
+                : (stage ? ce_v3_kernel<false, true> : ce_v3_kernel<false, false>);
+}
+
+// Persistent grid: the fewest warps that still give each the same (ceil) number of rows as a full resident
+// grid (or `ctas_override` CTAs), so every active warp streams the same number of rows and all finish together.
+struct Grid {
+    int64_t rpw, ctas;
+};
+inline Grid plan_grid(int64_t M, int W, int occ, int64_t sms, int64_t ctas_override) {
+    int64_t max_warps = sms * occ * W;
+    if (ctas_override > 0) max_warps = (ctas_override < (int64_t(1) << 24) ? ctas_override : int64_t(1) << 24) * W;
+    Grid g;
+    g.rpw = (M + max_warps - 1) / max_warps;
+    if (g.rpw < 1) g.rpw = 1;
+    const int64_t need_warps = (M + g.rpw - 1) / g.rpw;
+    g.ctas = (need_warps + W - 1) / W;
+    if (g.ctas < 1) g.ctas = 1;
+    return g;
+}
+
 }  // namespace ce_v3
 """
 
@@ -463,11 +495,10 @@ torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets,
     TORCH_CHECK(W >= 1 && W <= kMaxWarps, "cross_entropy: warps per CTA must be 1..", kMaxWarps);
     const int64_t smem = static_cast<int64_t>(W) * S * CB;
 
-    const bool stage = (flags & 4) ? false : ((flags & 8) || !bf16) && CB <= kRegVec * 32 * 16;
-    TORCH_CHECK(!(flags & 8) || CB <= kRegVec * 32 * 16, "cross_entropy: staged chunks must be <= ",
-                kRegVec * 32 * 16, " bytes");
-    auto kern = bf16 ? (stage ? ce_v3_kernel<true, true> : ce_v3_kernel<true, false>)
-                     : (stage ? ce_v3_kernel<false, true> : ce_v3_kernel<false, false>);
+    TORCH_CHECK(!(flags & 8) || CB <= kMaxStagedChunk, "cross_entropy: staged chunks must be <= ",
+                kMaxStagedChunk, " bytes");
+    const bool stage = stage_chunks(bf16, CB, flags);
+    const CeKernel kern = pick_kernel(bf16, stage);
     const int dev = x.get_device();
     const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
     // Headroom for the kernel's ~1.2 KB of static shared memory.
@@ -492,14 +523,8 @@ torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets,
         TORCH_CHECK(n >= 1, "cross_entropy: config does not fit on an SM");
         o = n;
     }
-    const int64_t sms = prop->multiProcessorCount;
-    // Persistent: the fewest warps that still give each the same (ceil) number of rows as a full
-    // resident grid, so every active warp streams the same number of rows and all finish together.
-    int64_t max_warps = sms * o * W;
-    if (ctas_override > 0) max_warps = std::min<int64_t>(ctas_override, int64_t(1) << 24) * W;
-    const int64_t rpw = std::max<int64_t>(1, (M + max_warps - 1) / max_warps);
-    const int64_t need_warps = (M + rpw - 1) / rpw;
-    const int64_t ctas = std::max<int64_t>(1, (need_warps + W - 1) / W);
+    const Grid grid = plan_grid(M, W, o, prop->multiProcessorCount, ctas_override);
+    const int64_t rpw = grid.rpw, ctas = grid.ctas;
 
     auto out = torch::empty({}, x.options());
     auto partials = torch::empty({ctas}, x.options().dtype(at::kFloat));
