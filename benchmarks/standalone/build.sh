@@ -13,7 +13,7 @@ python3 "$here/extract_src.py" "$root/solutions/cross_entropy/fast_v3.py" "$gen/
 python3 "$here/extract_src.py" "$root/solutions/softmax/fast_v4.py" "$gen/softmax_v4.cuh" _v1_kernels_src _v4_kernels_src
 for src in "$here"/*.cu; do
     name=$(basename "$src" .cu)
-    [ "$name" = infonce_bench ] && continue  # needs sm_90a (wgmma): built below
+    case "$name" in infonce_bench|wgmma_rate) continue ;; esac  # need sm_90a (wgmma): built below
     "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -cudart static -lineinfo \
         -Xptxas -v -I"$gen" -o "$bin/$name" "$src" 2> "$bin/$name.ptxas.txt" || {
         cat "$bin/$name.ptxas.txt"; exit 1; }
@@ -30,6 +30,17 @@ start = lines.index("namespace {\n")
 end = lines.index("}  // namespace\n", start)
 open(sys.argv[2], "w").write("".join(lines[start:end + 1]))
 EOF_PY
-"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo \
-    -Xptxas -v -I"$here" -I"$gen" -o "$bin/infonce_bench" "$here/infonce_bench.cu" 2> "$bin/infonce_bench.ptxas.txt" || {
-    cat "$bin/infonce_bench.ptxas.txt"; exit 1; }
+# The bench and its two diagnostic builds (see the probe group in infonce_bench.cu), two at a time.
+build_infonce() {  # NAME EXTRA_FLAGS...
+    local name=$1; shift
+    "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo "$@" \
+        -Xptxas -v -I"$here" -I"$gen" -o "$bin/$name" "$here/infonce_bench.cu" 2> "$bin/$name.ptxas.txt" || {
+        cat "$bin/$name.ptxas.txt"; return 1; }
+}
+build_infonce infonce_bench &
+build_infonce infonce_probe_stamps -DINFONCE_BENCH_PROBE -DINFONCE_V3_STAMPS &
+wait -n && wait -n  # both must succeed
+build_infonce infonce_probe_nofence -DINFONCE_BENCH_PROBE -DINFONCE_V3_NO_PROXY_FENCE &
+"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -Xptxas -v -I"$here" -I"$gen" \
+    -o "$bin/wgmma_rate" "$here/wgmma_rate.cu" 2> "$bin/wgmma_rate.ptxas.txt" || { cat "$bin/wgmma_rate.ptxas.txt"; exit 1; }
+wait -n

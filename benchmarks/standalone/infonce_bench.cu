@@ -16,6 +16,9 @@
 //                v3 auto over D (fixed cost vs K loop)
 //     time_big   4096x1024 N=65536: fast.py, v3 auto and the wide variants (timing); v3 vs fast.py loss, and
 //                4 rows' losses against a float64 CPU reference
+//     probe      (only when named; not in the default run) seed shape: flushed / warm / back-to-back times of
+//                fast.py and v3 at several split counts; with -DINFONCE_V3_STAMPS, per-CTA phase stamps.  build.sh
+//                also builds infonce_probe_stamps and infonce_probe_nofence (-DINFONCE_V3_NO_PROXY_FENCE) for it
 // Timing: CUDA events around each call, a 256 MB memset before every call (no input left in L2), median.
 // Every wait is bounded (5 s per call, 55 s per group via alarm, 55 s for the whole run): a hang prints TIMEOUT
 // and the group's process exits; the driver goes on with the next group.
@@ -39,8 +42,10 @@
 namespace infonce_v1 {
 #include "infonce_fast_dev.cuh"
 }
-// fast_v3.py's device code and host plan/launch, with the bench-only tile variants.
+// fast_v3.py's device code and host plan/launch, with the bench-only tile variants (not in the probe builds).
+#ifndef INFONCE_BENCH_PROBE
 #define INFONCE_V3_ALL_VARIANTS
+#endif
 #include "infonce_v3.cuh"
 
 using infonce_v3::Plan;
@@ -604,12 +609,120 @@ static int group_time_big() {
     return fails;
 }
 
+// ------------------------------------------------------------------------------------------------ probe
+// Where the seed shape's time goes (diagnostics; not part of the default run):
+//   * each kernel timed three ways: L2 flushed before each call (the benches' rule), warm (no flush), and 20 calls
+//     back to back between one pair of events (warm; per call);
+//   * in a build with -DINFONCE_V3_STAMPS: %globaltimer per CTA at the kernel's phase boundaries, microseconds
+//     after a one-thread stamp kernel that runs just before (after the flush).
+template <class F>
+static double time_warm(F&& launch, int reps, int per_pair, const char* what) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    for (int i = 0; i < reps + 3; ++i) {
+        CK(cudaEventRecord(a));
+        for (int j = 0; j < per_pair; ++j) launch();
+        CK(cudaEventRecord(b));
+        sync_or_die(what);
+        float t;
+        CK(cudaEventElapsedTime(&t, a, b));
+        if (i >= 3) ms.push_back(t / per_pair);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+__device__ unsigned long long g_ref_stamp;
+__global__ void ref_stamp_kernel() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    g_ref_stamp = t;
+}
+
+static int group_probe() {
+    const Case c = {"seed", 256, 512, 2560, 0.1, 0, 0, 0, 1, false};
+    std::vector<float> hq, hp, hn;
+    make_inputs(c, hq, hp, hn, 7);
+    const double ref = ref_loss(hq, hp, hn, c.B, c.D, c.N, c.T);
+    DevProblem P;
+    P.upload(hq, hp, hn, c.B, c.D, c.N, c.T);
+    int fails = 0;
+#ifdef INFONCE_V3_NO_PROXY_FENCE
+    printf("probe build: proxy fence REMOVED (timing only; losses may be wrong)\n");
+#endif
+    printf("probe, seed 256x512 N=2560: median of 100; flushed / warm / 20 back to back (per call), ms\n");
+    auto row = [&](const char* who, const std::string& plan, auto&& launch) {
+        const double f = time_median_guarded(launch, 100, who);
+        const double w = time_warm(launch, 100, 1, who);
+        const double b = time_warm(launch, 30, 20, who);
+        double rel = 0.0;
+        bool ok = true;
+        if (plan != "") {
+            ok = loss_ok(P.read_out(), ref, &rel);
+#ifndef INFONCE_V3_NO_PROXY_FENCE
+            fails += ok ? 0 : 1;
+#endif
+        }
+        printf("  %-16s %-34s %8.4f %8.4f %8.4f   rel_err %.1e %s\n", who, plan.c_str(), f, w, b, rel, ok ? "" : "WRONG");
+    };
+    row("empty kernel", "", [&] { empty_kernel<<<1, 32>>>(); });
+    row("ref stamp", "", [&] { ref_stamp_kernel<<<1, 1>>>(); });
+    {
+        const V1Plan v = fast_v1_plan(P);
+        row("fast.py", v1_str(v), [&] { fast_v1_launch(P, v); });
+    }
+    for (int S : {0, 16, 32, 128}) {
+        const Plan pl = v3_plan(P, S ? infonce_v3::MODE_WGMMA : infonce_v3::MODE_AUTO, S ? 0 : -1, S);
+        const std::string who = S ? "v3 var 0 S=" + std::to_string(S) : std::string("v3 auto");
+        row(who.c_str(), plan_str(pl), [&] { check_launch(v3_launch(P, pl), "probe"); });
+    }
+#ifdef INFONCE_V3_STAMPS
+    {
+        const Plan pl = v3_plan(P, infonce_v3::MODE_AUTO, -1, 0);
+        const char* names[infonce_v3::kStampSlots] = {"entry", "prologue done", "1st k-tile stored", "K loop done",
+                                                       "ticket", "merged (last CTA)", "output (last CTA)", "-"};
+        printf("stamps, v3 auto %s, grid %d: us after the stamp kernel; per slot: CTAs, min / p10 / p50 / p90 / max\n",
+               plan_str(pl).c_str(), pl.grid);
+        static unsigned long long h[infonce_v3::kStampCtas][infonce_v3::kStampSlots];
+        for (int call = 0; call < 6; ++call) {
+            memset(h, 0, sizeof h);
+            CK(cudaMemcpyToSymbol(infonce_v3::g_v3_stamps, h, sizeof h));
+            CK(cudaMemsetAsync(g_flush, call & 0xff, kFlushBytes));
+            ref_stamp_kernel<<<1, 1>>>();
+            check_launch(v3_launch(P, pl), "stamps");
+            sync_or_die("stamps");
+            unsigned long long r0;
+            CK(cudaMemcpyFromSymbol(&r0, g_ref_stamp, sizeof r0));
+            CK(cudaMemcpyFromSymbol(h, infonce_v3::g_v3_stamps, sizeof h));
+            printf(" call %d\n", call);
+            for (int sl = 0; sl < infonce_v3::kStampSlots; ++sl) {
+                std::vector<double> v;
+                for (int b = 0; b < std::min(pl.grid, infonce_v3::kStampCtas); ++b)
+                    if (h[b][sl]) v.push_back(((double)h[b][sl] - (double)r0) / 1000.0);
+                if (v.empty()) continue;
+                std::sort(v.begin(), v.end());
+                auto q = [&](double f) { return v[std::min(v.size() - 1, (size_t)(f * (v.size() - 1) + 0.5))]; };
+                printf("   %-20s %4zu  %7.2f / %7.2f / %7.2f / %7.2f / %7.2f\n", names[sl], v.size(), v.front(), q(0.1),
+                       q(0.5), q(0.9), v.back());
+            }
+        }
+    }
+#endif
+    P.release();
+    return fails;
+}
+
 // ------------------------------------------------------------------------------------------------ driver
 static int run_group(const std::string& g) {
     if (g.rfind("gemm:", 0) == 0) return group_gemm(atoi(g.c_str() + 5));
     if (g == "correct") return group_correct();
     if (g == "time_seed") return group_time_seed();
     if (g == "time_big") return group_time_big();
+    if (g == "probe") return group_probe();
     printf("unknown group %s\n", g.c_str());
     return 1;
 }

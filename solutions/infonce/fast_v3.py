@@ -481,8 +481,7 @@ struct WgParams {
     double inv_t;
     float2* part;       // [S][B]
     double* pos;        // [B]
-    double* mtsum;      // [m_tiles]
-    unsigned* counters; // [m_tiles + 1], zero between launches
+    unsigned* counters; // [1], zero between launches
     float* out;
     float* dbg_logits;  // optional [B][N]: raw dot products (debug)
     double* dbg_rowloss;  // optional [B]: per-row loss (debug)
@@ -538,6 +537,24 @@ __device__ __forceinline__ void st_global_f32_if(float* addr, float v, bool on) 
 __device__ __forceinline__ void prefetch_l2_if(const void* p, bool on) {
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p prefetch.global.L2 [%0];\n}\n" ::"l"(p), "r"((int)on));
 }
+
+// Diagnostics, compiled only into the standalone bench's probe builds (build.sh): INFONCE_V3_STAMPS records
+// %globaltimer per CTA at the phase boundaries below (thread 0; predicated stores, no branch near wgmma);
+// INFONCE_V3_NO_PROXY_FENCE drops the proxy fence of the K loop (timing only: the results may then be wrong).
+#ifdef INFONCE_V3_STAMPS
+constexpr int kStampSlots = 8, kStampCtas = 4096;
+__device__ unsigned long long g_v3_stamps[kStampCtas][kStampSlots];
+__device__ __forceinline__ void v3_stamp(int slot, bool on) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) :: "memory");
+    unsigned long long* a = &g_v3_stamps[blockIdx.x % kStampCtas][slot];
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p st.u64 [%0], %1;\n}\n"
+                 ::"l"(a), "l"(t), "r"((int)(on && threadIdx.x == 0)) : "memory");
+}
+#define V3_STAMP(slot, on) v3_stamp(slot, on)
+#else
+#define V3_STAMP(slot, on) ((void)0)
+#endif
 
 
 // wgmma.mma_async m64nNk8 f32 += tf32 * tf32, A from registers (4 per thread), B from a smem descriptor.
@@ -660,9 +677,10 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
     static_assert((NT / 4) % 8 == 0, "a warp's B items must cover 8 consecutive rows");
     static_assert(PD >= 1, "prefetch depth");
     extern __shared__ unsigned char smem_raw[];
-    __shared__ double s_red[NT];
+    __shared__ double s_wsum[NT / 32];
     __shared__ int s_flag;
 
+    V3_STAMP(0, true);  // entry
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
@@ -783,6 +801,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
         }
     }
 
+    V3_STAMP(1, true);  // prologue done: first loads issued, positive cosines written
     float acc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
@@ -864,8 +883,11 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
                     }
                 }
                 // 3. make the generic-proxy stores visible to wgmma (async proxy), then to every warp
+#ifndef INFONCE_V3_NO_PROXY_FENCE
                 fence_proxy_async_smem();
+#endif
                 __syncthreads();
+                V3_STAMP(2, it0 + s == 0);  // first k-tile split and stored by every thread
                 // 4. KH k8-steps x 3 products
                 const int first = rd_kt == 0 && rd_part == 0;
                 const uint64_t dh = desc0 + (uint64_t)((rd_slot * SLOT) >> 4) + (uint64_t)(2 * KH * rd_part);
@@ -904,6 +926,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
         }
     }
     wg_wait<0>();  // (already done by the last fold; keeps the wgmma pipeline closed on every path)
+    V3_STAMP(3, true);  // K loop and last fold done
 
     // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums.
 #pragma unroll
@@ -915,92 +938,70 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
         if (c == 0 && row < B) P.part[(size_t)split * B + row] = make_float2(run_m[h], sum);
     }
 
-    // Ticket 1: the last CTA of this m-tile merges it.  The barrier orders every thread's writes (partials, positive
-    // cosines) before thread 0's gpu-scope fence and acq_rel atomic (the cooperative-groups grid-sync pattern);
-    // the merging CTA reads them through L2 (ld.cg) after its own acquire.
+    // One ticket: the last CTA to finish merges every row.  The barrier orders every thread's writes (partials,
+    // positive cosines) before thread 0's gpu-scope fence and acq_rel atomic (the cooperative-groups grid-sync
+    // pattern); the merging CTA reads them through L2 (ld.cg) after its own acquire.  (Until the ninth session the
+    // last CTA of each m-tile merged its rows and a second ticket summed the m-tiles: 8.5 us of serial tail at the
+    // seed shape, by %globaltimer stamps; this is one ticket and one merge.)
     __syncthreads();
     if (tid == 0) {
         __threadfence();
-        s_flag = atom_add_acq_rel_gpu(P.counters + mt, 1u) == (unsigned)(S - 1);
+        s_flag = atom_add_acq_rel_gpu(P.counters, 1u) == gridDim.x - 1;
     }
     __syncthreads();
+    V3_STAMP(4, true);  // ticket taken
     if (!s_flag) return;
     __threadfence();
 
+    // Thread t owns rows t, t + NT, ...: it merges a row's S partials in split order, kMergeChunk loads in flight
+    // (two rounds at the seed shape), into a (max, sum) with the sum in double.  This code runs once per launch on
+    // one SM, so it starts with a cold instruction cache: it is kept short (rolled loops, no double-precision
+    // library calls), which the ninth session's stamps showed to matter more than its arithmetic.
+    // Numerics: the merged sum is >= 1 (the partial holding the row's max contributes exp2(0) * its own sum >= 1),
+    // so log2f of it is well conditioned (absolute error ~1e-6 at most); x = lse - pos is formed in double from the
+    // exact float max and the double positive logit, and softplus(x) = max(x, 0) + log1p(e^-|x|) keeps full relative
+    // accuracy when the loss is tiny (log1pf and expf: ~1e-7 relative).
     constexpr double LN2 = 0.69314718055994530942;
-    static_assert(NT == 2 * BM, "merge layout: two threads per row");
-    {
-        const int r = tid >> 1, half = tid & 1, row = row0 + r;
-        const int per = (S + 1) >> 1, s_lo = half * per, s_hi = min(S, s_lo + per);
+    constexpr int kMergeChunk = 32;
+    double tloss = 0.0;
+#pragma unroll 1
+    for (int row = tid; row < B; row += NT) {
+        const double pv = __ldcg(P.pos + row);
         float m = -INFINITY;
         double sum = 0.0;
-        if (row < B) {
-            for (int k0 = s_lo; k0 < s_hi; k0 += 32) {
-                float2 v[32];  // up to 32 independent L2 loads in flight (one round at the seed shape), merged in order
-#pragma unroll
-                for (int u = 0; u < 32; ++u)
-                    v[u] = k0 + u < s_hi ? __ldcg(P.part + (size_t)(k0 + u) * B + row) : make_float2(-INFINITY, 0.f);
-                float mr = m;
-#pragma unroll
-                for (int u = 0; u < 32; ++u) mr = v[u].y > 0.f ? fmaxf(mr, v[u].x) : mr;
-                if (mr != -INFINITY) {
-                    if (mr > m) sum *= (double)exp2f(m - mr), m = mr;  // exp2f(-inf) = 0 on the first valid split
-#pragma unroll
-                    for (int u = 0; u < 32; ++u)
-                        if (v[u].y > 0.f) sum += (double)v[u].y * (double)exp2f(v[u].x - m);
-                }
-            }
-        }
-        // Combine the two halves (first half first), identically in both lanes.
-        const float m_other = __shfl_xor_sync(0xffffffffu, m, 1);
-        const double s_other = __shfl_xor_sync(0xffffffffu, sum, 1);
-        const float m0 = half ? m_other : m, m1 = half ? m : m_other;
-        const double s0 = half ? s_other : sum, s1 = half ? sum : s_other;
-        const float mm = fmaxf(m0, m1);
-        double loss = 0.0;
-        if (half == 0 && row < B) {
-            double ss = 0.0;
-            if (s0 > 0.0) ss += s0 * (double)exp2f(m0 - mm);
-            if (s1 > 0.0) ss += s1 * (double)exp2f(m1 - mm);
-            // loss_b = log(e^pos + sum_j e^neg_j) - pos = softplus(lse_neg - pos)
-            const double x = ((double)mm + log2(ss)) * LN2 - __ldcg(P.pos + row);
-            loss = x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x));
-            if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
-        }
-        s_red[tid] = loss;
-    }
-    __syncthreads();
 #pragma unroll 1
-    for (int w = NT / 2; w > 0; w >>= 1) {
-        if (tid < w) s_red[tid] += s_red[tid + w];
-        __syncthreads();
+        for (int k0 = 0; k0 < S; k0 += kMergeChunk) {
+            float2 v[kMergeChunk];
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u)
+                v[u] = k0 + u < S ? __ldcg(P.part + (size_t)(k0 + u) * B + row) : make_float2(-INFINITY, 0.f);
+            float mr = m;
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u) mr = fmaxf(mr, v[u].x);  // an empty partial is (-inf, 0)
+            const float mu = mr == -INFINITY ? 0.f : mr;
+            sum *= (double)exp2f(m - mu);
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u) sum += (double)v[u].y * (double)exp2f(v[u].x - mu);
+            m = mr;
+        }
+        const double x = ((double)m + (double)log2f((float)sum)) * LN2 - pv;
+        const double loss = (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
+        if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
+        tloss += loss;
     }
-    if (tid == 0) {
-        P.mtsum[mt] = s_red[0];
-        P.counters[mt] = 0u;  // every CTA of this m-tile has taken its ticket
-    }
-
-    // Ticket 2: the last m-tile adds the m-tile sums in index order (thread 0 wrote mtsum itself).
-    if (tid == 0) {
-        __threadfence();
-        s_flag = atom_add_acq_rel_gpu(P.counters + m_tiles, 1u) == (unsigned)(m_tiles - 1);
-    }
+    V3_STAMP(5, true);  // merger: row losses formed
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) tloss += __shfl_xor_sync(0xffffffffu, tloss, off);
+    if (lane == 0) s_wsum[warp] = tloss;
     __syncthreads();
-    if (!s_flag) return;
-    __threadfence();
-    double tsum = 0.0;
-    for (int i = tid; i < m_tiles; i += NT) tsum += __ldcg(P.mtsum + i);
-    s_red[tid] = tsum;
-    __syncthreads();
-#pragma unroll 1
-    for (int w = NT / 2; w > 0; w >>= 1) {
-        if (tid < w) s_red[tid] += s_red[tid + w];
-        __syncthreads();
-    }
     if (tid == 0) {
-        P.out[0] = (float)(s_red[0] / (double)B);
-        P.counters[m_tiles] = 0u;
+        double t = 0.0;
+#pragma unroll
+        for (int w = 0; w < NT / 32; ++w) t += s_wsum[w];
+        P.out[0] = (float)(t / (double)B);
+        P.counters[0] = 0u;
     }
+    V3_STAMP(6, true);  // merger: output written
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1042,7 +1043,7 @@ struct Plan {
     int variant = 0;    // path 0: index into kWgVariants; path 1: 0 = 128x128 tile, 1 = 64x80 tile
     bool vec4 = false;  // 16-byte loads possible (D % 4 == 0 and all three bases 16-byte aligned)
     int S = 1, m_tiles = 1, n_tiles = 1, grid = 1, threads = 0, smem = 0;
-    size_t off_pos = 0, off_mtsum = 0, off_part = 0, ws_bytes = 0;  // workspace layout (bytes)
+    size_t off_pos = 0, off_part = 0, ws_bytes = 0;  // workspace layout (bytes)
     int counters = 1;                                              // zeroed unsigned counters needed
 };
 
@@ -1094,7 +1095,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.n_tiles = (N + v.bn - 1) / v.bn;
         pl.threads = 128 * v.wgs;
         pl.smem = wg_smem_bytes(v);
-        pl.counters = pl.m_tiles + 1;
+        pl.counters = 1;
     } else {
         const LegacyCfg cfgs[2] = {legacy_cfg<INFONCE_V3_LEGACY_BIG>(1.0), legacy_cfg<INFONCE_V3_LEGACY_SMALL>(0.7)};
         int best_c = 0, best_S = 1;
@@ -1122,8 +1123,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
     }
     pl.grid = (int)std::min<long long>((long long)pl.m_tiles * pl.S, 0x7fffffffLL);
     pl.off_pos = 0;
-    pl.off_mtsum = align256((size_t)B * sizeof(double));
-    pl.off_part = pl.off_mtsum + align256((size_t)pl.m_tiles * sizeof(double));
+    pl.off_part = align256((size_t)B * sizeof(double));
     pl.ws_bytes = pl.off_part + align256((size_t)pl.S * B * sizeof(float2));
     return pl;
 }
@@ -1165,7 +1165,6 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
                           float* dbg_logits = nullptr, double* dbg_rowloss = nullptr) {
     char* w = static_cast<char*>(ws);
     double* pos = reinterpret_cast<double*>(w + pl.off_pos);
-    double* mtsum = reinterpret_cast<double*>(w + pl.off_mtsum);
     float2* part = reinterpret_cast<float2*>(w + pl.off_part);
     const double inv_t = 1.0 / temperature;
     const float scale2 = (float)(1.4426950408889634074 / temperature);  // log2(e) / T
@@ -1178,7 +1177,7 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.q = q, P.p = p, P.n = n;
         P.B = B, P.D = D, P.N = N, P.S = pl.S, P.n_tiles = pl.n_tiles;
         P.scale2 = scale2, P.inv_t = inv_t;
-        P.part = part, P.pos = pos, P.mtsum = mtsum, P.counters = counters, P.out = out;
+        P.part = part, P.pos = pos, P.counters = counters, P.out = out;
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
         v.kern<<<pl.grid, pl.threads, pl.smem, stream>>>(P);
         return cudaGetLastError();
