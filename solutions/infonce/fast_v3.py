@@ -46,6 +46,7 @@ _kernel_src = r"""
 // plan() / launch() (plain host C++) pick the path, the tile variant and the split count; the torch wrapper and
 // the standalone bench both call them, so the bench times exactly what the solution runs.
 // ============================================================================================================
+#include <cuda.h>  // CUtensorMap and cuTensorMapEncodeTiled's prototype (called through the runtime's entry point)
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -538,6 +539,31 @@ __device__ __forceinline__ void prefetch_l2_if(const void* p, bool on) {
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p prefetch.global.L2 [%0];\n}\n" ::"l"(p), "r"((int)on));
 }
 
+// mbarrier and TMA (tensor) copies, for the TMA variants.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    return done != 0;
+}
+// 2-D tile copy (box of the tensor map) global -> this CTA's smem at dst, completion in bytes on bar.  Elements
+// outside the tensor are written as zeros (and counted): ragged rows and the K tail need no code.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
+}
+__device__ __forceinline__ float4 lds4(uint32_t addr) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+    return v;
+}
+
 // Diagnostics, compiled only into the standalone bench's probe builds (build.sh): INFONCE_V3_STAMPS records
 // %globaltimer per CTA at the phase boundaries below (thread 0; predicated stores, no branch near wgmma);
 // INFONCE_V3_NO_PROXY_FENCE drops the proxy fence of the K loop (timing only: the results may then be wrong).
@@ -659,16 +685,29 @@ struct Stage {
     float4 b[BPER][KH / 2];
 };
 
-template <int WGS, int BN, int PD, int KH>
-__global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_kernel(const WgParams P) {
+// TMA = false: each thread loads its pieces straight to registers, PD iterations ahead (the eighth session's path).
+// TMA = true: thread 0 copies each k-tile's raw A (BM x 32) and B (BN x 32) tiles into a ring of PD stages with two
+// tensor-map copies (128-byte swizzle, zeros outside the tensors); every thread reads its pieces back with 16-byte
+// shared loads.  No per-thread global loads, no loop-carried load registers (ninth session: the register path's
+// loads were consumed right after issue, by ptxas's moves, so each iteration waited for them).
+template <int WGS, int BN, int PD, int KH, bool TMA>
+__global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
+    infonce_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                         const WgParams P) {
     constexpr int NT = WGS * 128, BM = WGS * 64;
     constexpr int NJ = BN / 8, NACC = BN / 2;
     constexpr int BUF = BN * 128;   // bytes of one tf32 copy (hi or lo) of a BN x 32 k-tile
     constexpr int SLOT = 2 * BUF;  // hi then lo; BUF is a multiple of 1024, so every copy is 1024-aligned
-    constexpr int NSLOT = 3;
+    // hi/lo B slots: 3 suffice (slot it % NSLOT was last read by batch it - NSLOT, retired before the barrier of
+    // it - 1); the TMA path uses one per raw stage, so that in the loop (unrolled by PD) every slot address and
+    // descriptor is a constant offset.
+    constexpr int NSLOT = TMA ? PD : 3;
+    static_assert(NSLOT >= 3, "hi/lo slots");
     constexpr int BITEMS = BN * 4;  // (row, 8-float chunk) items of a k-tile
     constexpr int BPER = (BITEMS + NT - 1) / NT;
     constexpr int NSTG = PD;  // stage of iteration it is refilled for it + PD right after its own split
+    constexpr int RAW_A = BM * 128, RAW_B = BN * 128;  // TMA: bytes of one stage's raw A and B tiles
+    static_assert(!TMA || (KH == 4 && WGS == 2), "TMA path: whole k-tiles, two warpgroups");
     constexpr int NPART = 4 / KH;  // iterations per k-tile
     constexpr int NV = KH / 2;     // float4 per row per iteration
     constexpr int PFK = 6;         // L2 prefetch distance, k-tiles
@@ -679,6 +718,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
     extern __shared__ unsigned char smem_raw[];
     __shared__ double s_wsum[NT / 32];
     __shared__ int s_flag;
+    __shared__ alignas(8) unsigned long long s_full[TMA ? PD : 1];  // TMA: one mbarrier per raw stage
 
     V3_STAMP(0, true);  // entry
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
@@ -768,11 +808,35 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
         }
     };
 
-    Stage<KH, BPER> stg[NSTG];
+    Stage<KH, BPER> stg[TMA ? 1 : NSTG];
+    const uint32_t raw0 = sbase + (uint32_t)(NSLOT * SLOT);  // TMA: raw stage s at raw0 + s * (RAW_A + RAW_B)
+    const uint32_t full0 = smem_u32(&s_full[0]);
+    // TMA: thread 0 fills raw stage `stage` with the loader cursor's k-tile (and every thread advances the cursor).
+    auto tma_issue = [&](int stage) {
+        const uint32_t dst = raw0 + (uint32_t)(stage * (RAW_A + RAW_B)), bar = full0 + 8u * (uint32_t)stage;
+        if (tid == 0) {
+            mbar_arrive_expect_tx(bar, (uint32_t)(RAW_A + RAW_B));
+            tma_load_2d(dst, &tmA, ld_kt * 32, row0, bar);
+            tma_load_2d(dst + RAW_A, &tmB, ld_kt * 32, ld_tile * BN, bar);
+        }
+        if (++ld_kt == KT) ld_kt = 0, ++ld_tile;
+    };
+    if constexpr (TMA) {
+        if (tid == 0) {
 #pragma unroll
-    for (int i = 0; i < PFK; ++i) prefetch();
+            for (int s = 0; s < PD; ++s) mbar_init(full0 + 8u * (uint32_t)s, 1u);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
 #pragma unroll
-    for (int s = 0; s < PD; ++s) load(stg[s]);
+        for (int s = 0; s < PD; ++s)
+            if (s < total) tma_issue(s);
+    } else {
+#pragma unroll
+        for (int i = 0; i < PFK; ++i) prefetch();
+#pragma unroll
+        for (int s = 0; s < PD; ++s) load(stg[s]);
+    }
 
     // Positive term for the rows of this m-tile with row % S == split, while the first loads are in flight.
     for (int r = split + S * warp; r < BM; r += S * (NT / 32)) {
@@ -850,7 +914,26 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
 #pragma unroll
         for (int s = 0; s < NSTG; ++s) {
             if (it0 + s < total) {
-                Stage<KH, BPER>& st = stg[s];
+                Stage<KH, BPER> tst;  // TMA: this iteration's pieces, read back from raw stage s
+                if constexpr (TMA) {
+                    const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / NSTG) & 1u;
+                    while (!mbar_try(bar, par)) {
+                    }
+                    // 128-byte swizzle: 16-byte chunk j of tile row r sits at r * 128 + ((j ^ (r & 7)) << 4); the
+                    // thread's A rows (rl, rl + 8) and B rows (rB0 + 64 u) all have r & 7 == g.
+                    const uint32_t ra = raw0 + (uint32_t)(s * (RAW_A + RAW_B));
+                    const int rl = 64 * wg + 16 * wq + g;
+#pragma unroll
+                    for (int v = 0; v < 2; ++v) {
+                        const uint32_t cof = (uint32_t)(((2 * c + v) ^ g) << 4);
+                        tst.x[v] = lds4(ra + (uint32_t)(rl * 128) + cof);
+                        tst.y[v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
+#pragma unroll
+                        for (int u = 0; u < BPER; ++u)  // items past the tile's BN rows read row BN-1 (never stored)
+                            tst.b[u][v] = lds4(ra + (uint32_t)(RAW_A + min(rB0 + (NT / 4) * u, BN - 1) * 128) + cof);
+                    }
+                }
+                Stage<KH, BPER>& st = TMA ? tst : stg[TMA ? 0 : s];
                 // 1. A hi/lo fragments, in wgmma order per local k8-step l: [4l + 0..3] = (row g, col c),
                 //    (row g+8, col c), (row g, col c+4), (row g+8, col c+4) = floats 2l, 2l (row g+8), 2l+1, 2l+1.
                 uint32_t ahi[4 * KH], alo[4 * KH];
@@ -864,7 +947,8 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
                     split_tf32_rn(__float_as_uint((l & 1) ? y.w : y.y), ahi[4 * l + 3], alo[4 * l + 3]);
                 }
                 // 2. B hi/lo into slot rd_slot, chunks rd_part*KH*2/2 .. (the k8-steps of this part)
-                const uint32_t bst = b_st0 + (uint32_t)(rd_slot * SLOT);
+                const int slot = TMA ? s : rd_slot;
+                const uint32_t bst = b_st0 + (uint32_t)(slot * SLOT);
                 const uint32_t cbase = (uint32_t)(rd_part * 4 * NV);  // first chunk index i of this part
 #pragma unroll
                 for (int u = 0; u < BPER; ++u) {
@@ -888,9 +972,13 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
 #endif
                 __syncthreads();
                 V3_STAMP(2, it0 + s == 0);  // first k-tile split and stored by every thread
+                // TMA: every thread has read raw stage s (before the barrier): refill it for iteration it + PD
+                if constexpr (TMA) {
+                    if (it0 + s + PD < total) tma_issue(s);
+                }
                 // 4. KH k8-steps x 3 products
                 const int first = rd_kt == 0 && rd_part == 0;
-                const uint64_t dh = desc0 + (uint64_t)((rd_slot * SLOT) >> 4) + (uint64_t)(2 * KH * rd_part);
+                const uint64_t dh = desc0 + (uint64_t)((slot * SLOT) >> 4) + (uint64_t)(2 * KH * rd_part);
                 const uint64_t dl = dh + (uint64_t)(BUF >> 4);
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
@@ -908,8 +996,10 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
                 // 5. refill this stage (consumed by the split above) for iteration it + PD, prefetch ahead, advance
-                load(st);
-                if (rd_part == 0) prefetch();
+                if constexpr (!TMA) {
+                    load(st);
+                    if (rd_part == 0) prefetch();
+                }
                 if (++rd_part == NPART) {
                     rd_part = 0;
                     rd_slot = rd_slot == NSLOT - 1 ? 0 : rd_slot + 1;
@@ -1007,34 +1097,68 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1) infonce_wgmma_ker
 // ------------------------------------------------------------------------------------------------------------
 // Host side (CUDA runtime only): tile variants, the plan (path, variant, split count, workspace layout), launch.
 // ------------------------------------------------------------------------------------------------------------
-typedef void (*WgKernel)(const WgParams);
+typedef void (*WgKernel)(const CUtensorMap, const CUtensorMap, const WgParams);
 
 struct WgVariant {
     const char* name;
-    int wgs, bn, pd, kh;  // warpgroups per CTA, tile N, register prefetch depth (iterations), k8-steps/iteration
+    int wgs, bn, pd, kh;  // warpgroups per CTA, tile N, prefetch depth (iterations; TMA: raw stages), k8-steps/iteration
+    bool tma;             // raw tiles by tensor-map copies (else per-thread loads to registers)
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
 };
 
 // The automatic plan uses the first two: 128 x 40 tiles (seed: 2 m-tiles x 64 splits = 128 CTAs, one tile each)
-// and 128 x 128 tiles (big problems: less L2 traffic per flop).  The bench also builds the others
-// (INFONCE_V3_ALL_VARIANTS) to time them; the extension does not compile them.  All of them compile without
-// register spills (ptxas -v), and without ptxas's "wgmma serialized" warning.
+// and 128 x 128 tiles (big problems: less L2 traffic per flop), both fed by TMA.  The bench also builds the others
+// (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles) to time them; the extension does not compile
+// them.  All of them compile without register spills (ptxas -v), and without ptxas's "wgmma serialized" warning.
 static const WgVariant kWgVariants[] = {
-    {"wg2_n40_pd3_k4", 2, 40, 3, 4, infonce_wgmma_kernel<2, 40, 3, 4>, 0.85, true},
-    {"wg2_n128_pd2_k2", 2, 128, 2, 2, infonce_wgmma_kernel<2, 128, 2, 2>, 1.00, true},
+    {"tma_n40_s4", 2, 40, 4, 4, true, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
+    {"tma_n128_s3", 2, 128, 3, 4, true, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
-    {"wg2_n40_pd2_k4", 2, 40, 2, 4, infonce_wgmma_kernel<2, 40, 2, 4>, 0.85, false},
-    {"wg2_n40_pd4_k2", 2, 40, 4, 2, infonce_wgmma_kernel<2, 40, 4, 2>, 0.85, false},
-    {"wg1_n40_pd4_k2", 1, 40, 4, 2, infonce_wgmma_kernel<1, 40, 4, 2>, 0.85, false},
-    {"wg2_n96_pd2_k4", 2, 96, 2, 4, infonce_wgmma_kernel<2, 96, 2, 4>, 0.97, false},
-    {"wg2_n80_pd2_k4", 2, 80, 2, 4, infonce_wgmma_kernel<2, 80, 2, 4>, 0.95, false},
+    {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
+    {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
+    {"tma_n40_s3", 2, 40, 3, 4, true, infonce_wgmma_kernel<2, 40, 3, 4, true>, 0.85, false},
+    {"tma_n40_s6", 2, 40, 6, 4, true, infonce_wgmma_kernel<2, 40, 6, 4, true>, 0.85, false},
+    {"tma_n80_s4", 2, 80, 4, 4, true, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
+    {"wg2_n40_pd2_k4", 2, 40, 2, 4, false, infonce_wgmma_kernel<2, 40, 2, 4, false>, 0.85, false},
+    {"wg1_n40_pd4_k2", 1, 40, 4, 2, false, infonce_wgmma_kernel<1, 40, 4, 2, false>, 0.85, false},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
 
-inline int wg_smem_bytes(const WgVariant& v) { return 3 * 2 * v.bn * 128 + 1024; }
+// hi/lo B ring (3 slots; TMA: one per stage), TMA raw stages (A and B tiles of 32 floats per row), 1 KB of alignment slack.
+inline int wg_smem_bytes(const WgVariant& v) {
+    return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
+typedef decltype(&cuTensorMapEncodeTiled) TensorMapEncodeFn;
+inline TensorMapEncodeFn tensor_map_encoder() {
+    static TensorMapEncodeFn fn = [] {
+        void* p = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            p = nullptr;
+        return reinterpret_cast<TensorMapEncodeFn>(p);
+    }();
+    return fn;
+}
+// rows x D fp32 row-major at base (16-byte aligned, D % 4 == 0), boxes of box_rows x 32 floats, 128-byte swizzle,
+// zeros outside the tensor.
+inline cudaError_t encode_rows_map(CUtensorMap* map, const float* base, int rows, int D, int box_rows) {
+    const TensorMapEncodeFn fn = tensor_map_encoder();
+    if (fn == nullptr) return cudaErrorNotSupported;
+    const cuuint64_t dims[2] = {(cuuint64_t)D, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)D * sizeof(float)};
+    const cuuint32_t box[2] = {32u, (cuuint32_t)box_rows};
+    const cuuint32_t elem[2] = {1u, 1u};
+    const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims, strides, box, elem,
+                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
 
 enum { MODE_AUTO = 0, MODE_LEGACY = 1, MODE_WGMMA = 2 };
 
@@ -1179,7 +1303,13 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.scale2 = scale2, P.inv_t = inv_t;
         P.part = part, P.pos = pos, P.counters = counters, P.out = out;
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
-        v.kern<<<pl.grid, pl.threads, pl.smem, stream>>>(P);
+        CUtensorMap tmA = {}, tmB = {};
+        if (v.tma) {
+            e = encode_rows_map(&tmA, q, B, D, 64 * v.wgs);
+            if (e == cudaSuccess) e = encode_rows_map(&tmB, n, N, D, v.bn);
+            if (e != cudaSuccess) return e;
+        }
+        v.kern<<<pl.grid, pl.threads, pl.smem, stream>>>(tmA, tmB, P);
         return cudaGetLastError();
     }
     if (pl.variant == 0) {
