@@ -699,6 +699,19 @@ static int group_probe() {
             CK(cudaMemcpyFromSymbol(&r0, g_ref_stamp, sizeof r0));
             CK(cudaMemcpyFromSymbol(h, infonce_v3::g_v3_stamps, sizeof h));
             printf(" call %d\n", call);
+            {
+                static unsigned long long ph[infonce_v3::kStampCtas][infonce_v3::kStampSlots];
+                CK(cudaMemcpyFromSymbol(ph, infonce_v3::g_v3_phase, sizeof ph));
+                const char* pn[6] = {"raw wait", "lds+split+sts", "fence+barrier", "wgmma issue", "wait prev", "rest"};
+                printf("   K-loop clocks of thread 0, median CTA, per iteration:");
+                for (int i = 0; i < 6; ++i) {
+                    std::vector<double> v;
+                    for (int b = 0; b < pl.grid; ++b) v.push_back((double)ph[b][i]);
+                    std::sort(v.begin(), v.end());
+                    printf(" %s %.0f", pn[i], v[v.size() / 2] / (c.D / 32.0));
+                }
+                printf("\n");
+            }
             for (int sl = 0; sl < infonce_v3::kStampSlots; ++sl) {
                 std::vector<double> v;
                 for (int b = 0; b < std::min(pl.grid, infonce_v3::kStampCtas); ++b)

@@ -578,8 +578,17 @@ __device__ __forceinline__ void v3_stamp(int slot, bool on) {
                  ::"l"(a), "l"(t), "r"((int)(on && threadIdx.x == 0)) : "memory");
 }
 #define V3_STAMP(slot, on) v3_stamp(slot, on)
+// Per-phase SM clocks of the K loop, summed over iterations, thread 0 of each CTA (g_v3_phase[cta][phase]).
+__device__ unsigned long long g_v3_phase[kStampCtas][kStampSlots];
+#define V3_PHASE_DECL unsigned v3_ph[kStampSlots] = {}; unsigned v3_t = (unsigned)clock();
+#define V3_PHASE(i) do { const unsigned t_ = (unsigned)clock(); v3_ph[i] += t_ - v3_t; v3_t = t_; } while (0)
+#define V3_PHASE_STORE() do { if (threadIdx.x == 0) for (int i_ = 0; i_ < kStampSlots; ++i_) \
+    g_v3_phase[blockIdx.x % kStampCtas][i_] = v3_ph[i_]; } while (0)
 #else
 #define V3_STAMP(slot, on) ((void)0)
+#define V3_PHASE_DECL
+#define V3_PHASE(i) ((void)0)
+#define V3_PHASE_STORE() ((void)0)
 #endif
 
 
@@ -684,6 +693,163 @@ struct Stage {
     float4 x[KH / 2], y[KH / 2];
     float4 b[BPER][KH / 2];
 };
+
+
+// ---- pieces shared by the wgmma kernels ------------------------------------------------------------------------
+// Positive term pos_b = cos(q_b, p_b) / T for the rows of the m-tile [row0, row0 + BM) with row % S == split (the
+// m-tile's S CTAs share them out), one warp per row; written to P.pos in double.
+__device__ __forceinline__ void positive_cosines(const WgParams& P, int row0, int BM, int split, int warp, int nwarps,
+                                                 int lane) {
+    const int B = P.B, D = P.D, S = P.S;
+    for (int r = split + S * warp; r < BM; r += S * nwarps) {
+        const int row = row0 + r;
+        if (row >= B) break;
+        const float4* q4 = reinterpret_cast<const float4*>(P.q + (size_t)row * D);
+        const float4* p4 = reinterpret_cast<const float4*>(P.p + (size_t)row * D);
+        float dot = 0.f, qq = 0.f, pp = 0.f;
+#pragma unroll 4
+        for (int k = lane; k < D / 4; k += 32) {
+            const float4 a = __ldg(q4 + k), b = __ldg(p4 + k);
+            dot = fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, dot))));
+            qq = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, qq))));
+            pp = fmaf(b.x, b.x, fmaf(b.y, b.y, fmaf(b.z, b.z, fmaf(b.w, b.w, pp))));
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            qq += __shfl_xor_sync(0xffffffffu, qq, off);
+            pp += __shfl_xor_sync(0xffffffffu, pp, off);
+        }
+        if (lane == 0) {
+            // torch divides each vector by max(||v||, 1e-8) before the dot product
+            const double nq = fmax(sqrt((double)qq), 1e-8), np = fmax(sqrt((double)pp), 1e-8);
+            P.pos[row] = (double)dot / (nq * np) * P.inv_t;
+        }
+    }
+}
+
+// Fold a finished n-tile's accumulator (wgmma m64nBN f32 layout: this thread holds rows rA, rA + 8 of its warp's 16,
+// columns colb + 8j + {0,1}, colb = tile * BN + 2c) into the running (max, sum of exp2) of its two rows, scaled by
+// log2(e)/T and masked at N (fast.py's epilogue).  The quad (4 lanes of a row) shares the max.
+template <int BN>
+__device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[BN / 2], float (&run_m)[2],
+                                          float (&run_s)[2], int rA, int colb) {
+    constexpr int NJ = BN / 8;
+    const int B = P.B, N = P.N;
+    const bool dbg = P.dbg_logits != nullptr;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = rA + 8 * h;
+        float* drow = P.dbg_logits + (dbg && row < B ? (size_t)row * N + colb : 0);  // debug only
+        float v[2 * NJ];
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = colb + 8 * j + e;
+                const float x = acc[4 * j + 2 * h + e];
+                if (dbg) st_global_f32_if(drow + (8 * j + e), x, row < B && col < N);
+                v[2 * j + e] = col < N ? x * P.scale2 : -INFINITY;
+                tmax = fmaxf(tmax, v[2 * j + e]);
+            }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+        const float m_new = fmaxf(run_m[h], tmax);
+        // Branch-free: with no valid column yet, m_new = -inf, every term is exp2f(-inf) = 0 and the state
+        // stays (-inf, 0).
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        float s = run_s[h] * exp2f(run_m[h] - m_use);
+#pragma unroll
+        for (int j = 0; j < 2 * NJ; ++j) s += exp2f(v[j] - m_use);
+        run_s[h] = s;
+        run_m[h] = m_new;
+    }
+}
+
+// The end of every wgmma kernel: write this CTA's per-row (max, sum) partials; the last CTA of the grid (one
+// acq_rel ticket) merges every row and writes the mean loss.  NT = threads per CTA (all of them take part).
+template <int NT>
+__device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2], int rA,
+                                           bool writer, int split, double* s_wsum, int* s_flag) {
+    // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums.  (Threads that own no rows -- the
+    // producer warps of the warp-specialised kernel -- pass writer = false and take part in the shuffles harmlessly.)
+    const int B = P.B, S = P.S;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum = run_s[h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = rA + 8 * h;
+        if (writer && row < B) P.part[(size_t)split * B + row] = make_float2(run_m[h], sum);
+    }
+
+    // One ticket: the last CTA to finish merges every row.  The barrier orders every thread's writes (partials,
+    // positive cosines) before thread 0's gpu-scope fence and acq_rel atomic (the cooperative-groups grid-sync
+    // pattern); the merging CTA reads them through L2 (ld.cg) after its own acquire.  (Until the ninth session the
+    // last CTA of each m-tile merged its rows and a second ticket summed the m-tiles: 8.5 us of serial tail at the
+    // seed shape, by %globaltimer stamps; this is one ticket and one merge.)
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        *s_flag = atom_add_acq_rel_gpu(P.counters, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    V3_STAMP(4, true);  // ticket taken
+    if (!*s_flag) return;
+    __threadfence();
+
+    // Thread t owns rows t, t + NT, ...: it merges a row's S partials in split order, kMergeChunk loads in flight
+    // (two rounds at the seed shape), into a (max, sum) with the sum in double.  This code runs once per launch on
+    // one SM, so it starts with a cold instruction cache: it is kept short (rolled loops, no double-precision
+    // library calls), which the ninth session's stamps showed to matter more than its arithmetic.
+    // Numerics: the merged sum is >= 1 (the partial holding the row's max contributes exp2(0) * its own sum >= 1),
+    // so log2f of it is well conditioned (absolute error ~1e-6 at most); x = lse - pos is formed in double from the
+    // exact float max and the double positive logit, and softplus(x) = max(x, 0) + log1p(e^-|x|) keeps full relative
+    // accuracy when the loss is tiny (log1pf and expf: ~1e-7 relative).
+    constexpr double LN2 = 0.69314718055994530942;
+    constexpr int kMergeChunk = 32;
+    double tloss = 0.0;
+#pragma unroll 1
+    for (int row = tid; row < B; row += NT) {
+        const double pv = __ldcg(P.pos + row);
+        float m = -INFINITY;
+        double sum = 0.0;
+#pragma unroll 1
+        for (int k0 = 0; k0 < S; k0 += kMergeChunk) {
+            float2 v[kMergeChunk];
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u)
+                v[u] = k0 + u < S ? __ldcg(P.part + (size_t)(k0 + u) * B + row) : make_float2(-INFINITY, 0.f);
+            float mr = m;
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u) mr = fmaxf(mr, v[u].x);  // an empty partial is (-inf, 0)
+            const float mu = mr == -INFINITY ? 0.f : mr;
+            sum *= (double)exp2f(m - mu);
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u) sum += (double)v[u].y * (double)exp2f(v[u].x - mu);
+            m = mr;
+        }
+        const double x = ((double)m + (double)log2f((float)sum)) * LN2 - pv;
+        const double loss = (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
+        if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
+        tloss += loss;
+    }
+    V3_STAMP(5, true);  // merger: row losses formed
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) tloss += __shfl_xor_sync(0xffffffffu, tloss, off);
+    if (lane == 0) s_wsum[warp] = tloss;
+    __syncthreads();
+    if (tid == 0) {
+        double t = 0.0;
+#pragma unroll
+        for (int w = 0; w < NT / 32; ++w) t += s_wsum[w];
+        P.out[0] = (float)(t / (double)B);
+        P.counters[0] = 0u;
+    }
+    V3_STAMP(6, true);  // merger: output written
+}
 
 // TMA = false: each thread loads its pieces straight to registers, PD iterations ahead (the eighth session's path).
 // TMA = true: thread 0 copies each k-tile's raw A (BM x 32) and B (BN x 32) tiles into a ring of PD stages with two
@@ -839,32 +1005,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     }
 
     // Positive term for the rows of this m-tile with row % S == split, while the first loads are in flight.
-    for (int r = split + S * warp; r < BM; r += S * (NT / 32)) {
-        const int row = row0 + r;
-        if (row >= B) break;
-        const float4* q4 = reinterpret_cast<const float4*>(P.q + (size_t)row * D);
-        const float4* p4 = reinterpret_cast<const float4*>(P.p + (size_t)row * D);
-        float dot = 0.f, qq = 0.f, pp = 0.f;
-#pragma unroll 4
-        for (int k = lane; k < D / 4; k += 32) {
-            const float4 a = __ldg(q4 + k), b = __ldg(p4 + k);
-            dot = fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, dot))));
-            qq = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, qq))));
-            pp = fmaf(b.x, b.x, fmaf(b.y, b.y, fmaf(b.z, b.z, fmaf(b.w, b.w, pp))));
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            dot += __shfl_xor_sync(0xffffffffu, dot, off);
-            qq += __shfl_xor_sync(0xffffffffu, qq, off);
-            pp += __shfl_xor_sync(0xffffffffu, pp, off);
-        }
-        if (lane == 0) {
-            // torch divides each vector by max(||v||, 1e-8) before the dot product
-            const double nq = fmax(sqrt((double)qq), 1e-8), np = fmax(sqrt((double)pp), 1e-8);
-            P.pos[row] = (double)dot / (nq * np) * P.inv_t;
-        }
-    }
-
+    positive_cosines(P, row0, BM, split, warp, NT / 32, lane);
     V3_STAMP(1, true);  // prologue done: first loads issued, positive cosines written
     float acc[NACC];
 #pragma unroll
@@ -872,44 +1013,14 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
 
     // Fold the finished n-tile into the running (max, sum of exp2) of rows rA and rA + 8 (fast.py's epilogue).
-    const bool dbg = P.dbg_logits != nullptr;
-    auto fold = [&](int tile) {
-        const int colb = tile * BN + 2 * c;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = rA + 8 * h;
-            float* drow = P.dbg_logits + (dbg && row < B ? (size_t)row * N + colb : 0);  // debug only
-            float v[2 * NJ];
-            float tmax = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < NJ; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int col = colb + 8 * j + e;
-                    const float x = acc[4 * j + 2 * h + e];
-                    if (dbg) st_global_f32_if(drow + (8 * j + e), x, row < B && col < N);
-                    v[2 * j + e] = col < N ? x * P.scale2 : -INFINITY;
-                    tmax = fmaxf(tmax, v[2 * j + e]);
-                }
-            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-            const float m_new = fmaxf(run_m[h], tmax);
-            // Branch-free: with no valid column yet, m_new = -inf, every term is exp2f(-inf) = 0 and the state
-            // stays (-inf, 0).
-            const float m_use = m_new == -INFINITY ? 0.f : m_new;
-            float s = run_s[h] * exp2f(run_m[h] - m_use);
-#pragma unroll
-            for (int j = 0; j < 2 * NJ; ++j) s += exp2f(v[j] - m_use);
-            run_s[h] = s;
-            run_m[h] = m_new;
-        }
-    };
+    auto fold = [&](int tile) { fold_tile<BN>(P, acc, run_m, run_s, rA, tile * BN + 2 * c); };
 
     // B store address of item u, chunk i: b_st0 + slot + u rows, ^ (i << 4) (bits 4-6 of the row address are
     // zero, so after | (g << 4) the xor gives + ((i ^ g) << 4)).
     const uint32_t b_st0 = (sbase + (uint32_t)(rB0 * 128 + (c << 2))) | (uint32_t)(g << 4);
     const uint64_t desc0 = sw128_desc(sbase);
     int rd_kt = 0, rd_part = 0, rd_tile = t_begin, rd_slot = 0;
+    V3_PHASE_DECL
     for (int it0 = 0; it0 < total; it0 += NSTG) {
 #pragma unroll
         for (int s = 0; s < NSTG; ++s) {
@@ -919,6 +1030,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                     const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / NSTG) & 1u;
                     while (!mbar_try(bar, par)) {
                     }
+                    V3_PHASE(0);  // waiting for the raw stage
                     // 128-byte swizzle: 16-byte chunk j of tile row r sits at r * 128 + ((j ^ (r & 7)) << 4); the
                     // thread's A rows (rl, rl + 8) and B rows (rB0 + 64 u) all have r & 7 == g.
                     const uint32_t ra = raw0 + (uint32_t)(s * (RAW_A + RAW_B));
@@ -966,12 +1078,14 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                         st_smem_u32_if(a + BUF, lo, on);
                     }
                 }
+                V3_PHASE(1);  // shared loads, splits, hi/lo stores
                 // 3. make the generic-proxy stores visible to wgmma (async proxy), then to every warp
 #ifndef INFONCE_V3_NO_PROXY_FENCE
                 fence_proxy_async_smem();
 #endif
                 __syncthreads();
                 V3_STAMP(2, it0 + s == 0);  // first k-tile split and stored by every thread
+                V3_PHASE(2);  // proxy fence and barrier
                 // TMA: every thread has read raw stage s (before the barrier): refill it for iteration it + PD
                 if constexpr (TMA) {
                     if (it0 + s + PD < total) tma_issue(s);
@@ -992,9 +1106,11 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                     Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh + o, 1);
                 }
                 wg_commit();
+                V3_PHASE(3);  // TMA refill, wgmma issue
                 wg_wait<1>();  // the batch of the previous iteration is done (its A fragments are free)
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                V3_PHASE(4);  // wait for the previous batch
                 // 5. refill this stage (consumed by the split above) for iteration it + PD, prefetch ahead, advance
                 if constexpr (!TMA) {
                     load(st);
@@ -1015,83 +1131,182 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
             }
         }
     }
+    V3_PHASE(5);  // the rest (folds, cursor, loop)
+    V3_PHASE_STORE();
     wg_wait<0>();  // (already done by the last fold; keeps the wgmma pipeline closed on every path)
     V3_STAMP(3, true);  // K loop and last fold done
 
-    // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float sum = run_s[h];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int row = rA + 8 * h;
-        if (c == 0 && row < B) P.part[(size_t)split * B + row] = make_float2(run_m[h], sum);
-    }
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
+}
 
-    // One ticket: the last CTA to finish merges every row.  The barrier orders every thread's writes (partials,
-    // positive cosines) before thread 0's gpu-scope fence and acq_rel atomic (the cooperative-groups grid-sync
-    // pattern); the merging CTA reads them through L2 (ld.cg) after its own acquire.  (Until the ninth session the
-    // last CTA of each m-tile merged its rows and a second ticket summed the m-tiles: 8.5 us of serial tail at the
-    // seed shape, by %globaltimer stamps; this is one ticket and one merge.)
-    __syncthreads();
-    if (tid == 0) {
-        __threadfence();
-        s_flag = atom_add_acq_rel_gpu(P.counters, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    V3_STAMP(4, true);  // ticket taken
-    if (!s_flag) return;
-    __threadfence();
 
-    // Thread t owns rows t, t + NT, ...: it merges a row's S partials in split order, kMergeChunk loads in flight
-    // (two rounds at the seed shape), into a (max, sum) with the sum in double.  This code runs once per launch on
-    // one SM, so it starts with a cold instruction cache: it is kept short (rolled loops, no double-precision
-    // library calls), which the ninth session's stamps showed to matter more than its arithmetic.
-    // Numerics: the merged sum is >= 1 (the partial holding the row's max contributes exp2(0) * its own sum >= 1),
-    // so log2f of it is well conditioned (absolute error ~1e-6 at most); x = lse - pos is formed in double from the
-    // exact float max and the double positive logit, and softplus(x) = max(x, 0) + log1p(e^-|x|) keeps full relative
-    // accuracy when the loss is tiny (log1pf and expf: ~1e-7 relative).
-    constexpr double LN2 = 0.69314718055994530942;
-    constexpr int kMergeChunk = 32;
-    double tloss = 0.0;
-#pragma unroll 1
-    for (int row = tid; row < B; row += NT) {
-        const double pv = __ldcg(P.pos + row);
-        float m = -INFINITY;
-        double sum = 0.0;
-#pragma unroll 1
-        for (int k0 = 0; k0 < S; k0 += kMergeChunk) {
-            float2 v[kMergeChunk];
-#pragma unroll
-            for (int u = 0; u < kMergeChunk; ++u)
-                v[u] = k0 + u < S ? __ldcg(P.part + (size_t)(k0 + u) * B + row) : make_float2(-INFINITY, 0.f);
-            float mr = m;
-#pragma unroll
-            for (int u = 0; u < kMergeChunk; ++u) mr = fmaxf(mr, v[u].x);  // an empty partial is (-inf, 0)
-            const float mu = mr == -INFINITY ? 0.f : mr;
-            sum *= (double)exp2f(m - mu);
-#pragma unroll
-            for (int u = 0; u < kMergeChunk; ++u) sum += (double)v[u].y * (double)exp2f(v[u].x - mu);
-            m = mr;
+// Warp-specialised TMA kernel (ninth session).  Warpgroups 0 and 1 are the TMA kernel's consumers (A fragments
+// split in registers, wgmma, online log-sum-exp); warpgroup 2 is a B producer: it reads each stage's raw B tile,
+// splits it and stores the hi/lo slot the wgmma reads.  The consumer warps no longer spend issue slots on B, and the
+// producer's work runs beside theirs on its own warps.  One barrier per iteration among all 384 threads (named
+// barrier 1), as in the two-warpgroup kernel: the producer's stores of slot it % PD come before it, the consumers'
+// wgmma after; slot it % PD was last read by batch it - PD, retired (wait_group 1 of iteration it - PD + 1) before
+// the barrier of iteration it - 1 when PD >= 3.  Thread 0 refills raw stage s right after the barrier of the
+// iteration that read it.
+__device__ __forceinline__ void bar_sync_all384() { asm volatile("bar.sync 1, 384;" ::: "memory"); }
+
+template <int BN, int PD>
+__global__ void __launch_bounds__(384, 1)
+    infonce_ws_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                      const WgParams P) {
+    constexpr int NT = 384, NC = 256, BM = 128, KH = 4;
+    constexpr int NACC = BN / 2, BUF = BN * 128, SLOT = 2 * BUF;
+    constexpr int RAW_A = BM * 128, RAW_B = BN * 128, RAW = RAW_A + RAW_B;
+    constexpr int BITEMS = BN * 4, BPERP = (BITEMS + 127) / 128;  // producer: (row, 8-float chunk) items per thread
+    static_assert(PD >= 3, "hi/lo slots: slot it % PD was last read by batch it - PD");
+    static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ double s_wsum[NT / 32];
+    __shared__ int s_flag;
+    __shared__ alignas(8) unsigned long long s_full[PD];
+
+    V3_STAMP(0, true);  // entry
+    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
+    const int B = P.B, D = P.D, S = P.S;
+    const int m_tiles = (B + BM - 1) / BM;
+    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;  // same-split CTAs adjacent (L2 reuse)
+    const int row0 = mt * BM;
+    const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // balanced contiguous split of the n-tiles (32-bit)
+    const int t_begin = split * t_q + min(split, t_r);
+    const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
+    const int KT = (D + 31) / 32;
+    const int total = (t_end - t_begin) * KT;
+    const uint32_t raw0 = sbase + (uint32_t)(PD * SLOT), full0 = smem_u32(&s_full[0]);
+    const bool producer = wg == 2;
+    const int rA = row0 + 64 * wg + 16 * wq + g;  // a consumer's fragment rows rA, rA + 8
+
+    int ld_kt = 0, ld_tile = t_begin;  // TMA cursor (only thread 0's copy issues anything)
+    auto tma_issue = [&](int stage) {
+        const uint32_t dst = raw0 + (uint32_t)(stage * RAW), bar = full0 + 8u * (uint32_t)stage;
+        if (tid == 0) {
+            mbar_arrive_expect_tx(bar, (uint32_t)RAW);
+            tma_load_2d(dst, &tmA, ld_kt * 32, row0, bar);
+            tma_load_2d(dst + RAW_A, &tmB, ld_kt * 32, ld_tile * BN, bar);
         }
-        const double x = ((double)m + (double)log2f((float)sum)) * LN2 - pv;
-        const double loss = (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
-        if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
-        tloss += loss;
-    }
-    V3_STAMP(5, true);  // merger: row losses formed
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) tloss += __shfl_xor_sync(0xffffffffu, tloss, off);
-    if (lane == 0) s_wsum[warp] = tloss;
-    __syncthreads();
+        if (++ld_kt == KT) ld_kt = 0, ++ld_tile;
+    };
     if (tid == 0) {
-        double t = 0.0;
 #pragma unroll
-        for (int w = 0; w < NT / 32; ++w) t += s_wsum[w];
-        P.out[0] = (float)(t / (double)B);
-        P.counters[0] = 0u;
+        for (int s = 0; s < PD; ++s) mbar_init(full0 + 8u * (uint32_t)s, 1u);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    V3_STAMP(6, true);  // merger: output written
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < PD; ++s)
+        if (s < total) tma_issue(s);
+    positive_cosines(P, row0, BM, split, warp, NT / 32, lane);
+    V3_STAMP(1, true);  // prologue done
+
+    float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
+    if (producer) {
+        // Item u of producer thread pt: tile row rP0 + 32 u (row & 7 == g), floats 8c .. 8c + 7 of the k-tile; the
+        // store pattern and the K permutation are the two-warpgroup kernel's (see the comment above it).
+        const int rP0 = (tid - NC) >> 2;
+        const uint32_t b_st0 = (sbase + (uint32_t)(rP0 * 128 + (c << 2))) | (uint32_t)(g << 4);
+        for (int it0 = 0; it0 < total; it0 += PD) {
+#pragma unroll
+            for (int s = 0; s < PD; ++s) {
+                if (it0 + s >= total) break;
+                const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / PD) & 1u;
+                while (!mbar_try(bar, par)) {
+                }
+                const uint32_t rb = raw0 + (uint32_t)(s * RAW + RAW_A);
+#pragma unroll
+                for (int u = 0; u < BPERP; ++u) {
+                    const bool on = BITEMS % 128 == 0 || rP0 + 32 * u < BN;  // items past the tile store nothing
+                    const int r = min(rP0 + 32 * u, BN - 1);
+                    const float4 b0 = lds4(rb + (uint32_t)(r * 128) + (uint32_t)(((2 * c) ^ g) << 4));
+                    const float4 b1 = lds4(rb + (uint32_t)(r * 128) + (uint32_t)(((2 * c + 1) ^ g) << 4));
+                    const float xs[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+                    const uint32_t rowaddr = b_st0 + (uint32_t)(s * SLOT + u * 32 * 128);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) {
+                        uint32_t hi, lo;
+                        split_tf32_rn(__float_as_uint(xs[e]), hi, lo);
+                        const uint32_t a = rowaddr ^ ((uint32_t)e << 4);
+                        st_smem_u32_if(a, hi, on);
+                        st_smem_u32_if(a + BUF, lo, on);
+                    }
+                }
+                fence_proxy_async_smem();  // generic-proxy stores -> wgmma's async-proxy reads
+                bar_sync_all384();
+            }
+        }
+    } else {
+        float acc[NACC];
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+        const uint64_t desc0 = sw128_desc(sbase);
+        const int rl = 64 * wg + 16 * wq + g;  // tile rows rl, rl + 8; rl & 7 == g
+        int rd_kt = 0, rd_tile = t_begin;
+        for (int it0 = 0; it0 < total; it0 += PD) {
+#pragma unroll
+            for (int s = 0; s < PD; ++s) {
+                if (it0 + s >= total) break;
+                const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / PD) & 1u;
+                while (!mbar_try(bar, par)) {
+                }
+                const uint32_t ra = raw0 + (uint32_t)(s * RAW);
+                float4 x[2], y[2];
+#pragma unroll
+                for (int v = 0; v < 2; ++v) {
+                    const uint32_t cof = (uint32_t)(((2 * c + v) ^ g) << 4);
+                    x[v] = lds4(ra + (uint32_t)(rl * 128) + cof);
+                    y[v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
+                }
+                // A hi/lo fragments in wgmma order per k8-step l: (row g, col c), (row g+8, col c), (row g, col c+4),
+                // (row g+8, col c+4) = floats 2l, 2l (row g+8), 2l+1, 2l+1 (the K permutation).
+                uint32_t ahi[4 * KH], alo[4 * KH];
+#pragma unroll
+                for (int l = 0; l < KH; ++l) {
+                    const float4& xa = x[l >> 1];
+                    const float4& ya = y[l >> 1];
+                    split_tf32_rn(__float_as_uint((l & 1) ? xa.z : xa.x), ahi[4 * l + 0], alo[4 * l + 0]);
+                    split_tf32_rn(__float_as_uint((l & 1) ? ya.z : ya.x), ahi[4 * l + 1], alo[4 * l + 1]);
+                    split_tf32_rn(__float_as_uint((l & 1) ? xa.w : xa.y), ahi[4 * l + 2], alo[4 * l + 2]);
+                    split_tf32_rn(__float_as_uint((l & 1) ? ya.w : ya.y), ahi[4 * l + 3], alo[4 * l + 3]);
+                }
+                bar_sync_all384();  // slot s holds this k-tile's B hi/lo; every thread has read raw stage s
+                V3_STAMP(2, it0 + s == 0);
+                if (it0 + s + PD < total) tma_issue(s);
+                const int first = rd_kt == 0;
+                const uint64_t dh = desc0 + (uint64_t)((s * SLOT) >> 4), dl = dh + (uint64_t)(BUF >> 4);
+#pragma unroll
+                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                wg_fence();
+#pragma unroll
+                for (int l = 0; l < KH; ++l) {
+                    const uint64_t o = (uint64_t)(2 * l);  // 32 bytes per k8-step, in 16-byte units
+                    Wgmma<BN>::mma(acc, alo[4 * l], alo[4 * l + 1], alo[4 * l + 2], alo[4 * l + 3], dh + o,
+                                   (first && l == 0) ? 0 : 1);
+                    Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dl + o, 1);
+                    Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh + o, 1);
+                }
+                wg_commit();
+                wg_wait<1>();  // the batch of the previous iteration is done (its A fragments are free)
+#pragma unroll
+                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                if (++rd_kt == KT) {
+                    wg_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                    fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
+                    rd_kt = 0;
+                    ++rd_tile;
+                }
+            }
+        }
+        wg_wait<0>();
+    }
+    V3_STAMP(3, true);  // K loop and last fold done
+    finish_cta<NT>(P, run_m, run_s, rA, !producer && c == 0, split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1103,6 +1318,7 @@ struct WgVariant {
     const char* name;
     int wgs, bn, pd, kh;  // warpgroups per CTA, tile N, prefetch depth (iterations; TMA: raw stages), k8-steps/iteration
     bool tma;             // raw tiles by tensor-map copies (else per-thread loads to registers)
+    bool producer;        // TMA + a third warpgroup that splits B (infonce_ws_kernel)
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
@@ -1113,16 +1329,20 @@ struct WgVariant {
 // (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles) to time them; the extension does not compile
 // them.  All of them compile without register spills (ptxas -v), and without ptxas's "wgmma serialized" warning.
 static const WgVariant kWgVariants[] = {
-    {"tma_n40_s4", 2, 40, 4, 4, true, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
-    {"tma_n128_s3", 2, 128, 3, 4, true, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
+    {"tma_n40_s4", 2, 40, 4, 4, true, false, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
+    {"tma_n128_s3", 2, 128, 3, 4, true, false, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
-    {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
-    {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
-    {"tma_n40_s3", 2, 40, 3, 4, true, infonce_wgmma_kernel<2, 40, 3, 4, true>, 0.85, false},
-    {"tma_n40_s6", 2, 40, 6, 4, true, infonce_wgmma_kernel<2, 40, 6, 4, true>, 0.85, false},
-    {"tma_n80_s4", 2, 80, 4, 4, true, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
-    {"wg2_n40_pd2_k4", 2, 40, 2, 4, false, infonce_wgmma_kernel<2, 40, 2, 4, false>, 0.85, false},
-    {"wg1_n40_pd4_k2", 1, 40, 4, 2, false, infonce_wgmma_kernel<1, 40, 4, 2, false>, 0.85, false},
+    {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, false, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
+    {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, false, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
+    {"tma_n40_s3", 2, 40, 3, 4, true, false, infonce_wgmma_kernel<2, 40, 3, 4, true>, 0.85, false},
+    {"tma_n40_s6", 2, 40, 6, 4, true, false, infonce_wgmma_kernel<2, 40, 6, 4, true>, 0.85, false},
+    {"tma_n80_s4", 2, 80, 4, 4, true, false, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
+    {"ws_n40_s4", 2, 40, 4, 4, true, true, infonce_ws_kernel<40, 4>, 0.85, false},
+    {"ws_n40_s3", 2, 40, 3, 4, true, true, infonce_ws_kernel<40, 3>, 0.85, false},
+    {"ws_n80_s4", 2, 80, 4, 4, true, true, infonce_ws_kernel<80, 4>, 0.95, false},
+    {"ws_n128_s3", 2, 128, 3, 4, true, true, infonce_ws_kernel<128, 3>, 1.00, false},
+    {"wg2_n40_pd2_k4", 2, 40, 2, 4, false, false, infonce_wgmma_kernel<2, 40, 2, 4, false>, 0.85, false},
+    {"wg1_n40_pd4_k2", 1, 40, 4, 2, false, false, infonce_wgmma_kernel<1, 40, 4, 2, false>, 0.85, false},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
@@ -1217,7 +1437,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.path = 0;
         pl.m_tiles = (B + 64 * v.wgs - 1) / (64 * v.wgs);
         pl.n_tiles = (N + v.bn - 1) / v.bn;
-        pl.threads = 128 * v.wgs;
+        pl.threads = 128 * v.wgs + (v.producer ? 128 : 0);
         pl.smem = wg_smem_bytes(v);
         pl.counters = 1;
     } else {
