@@ -38,7 +38,7 @@ build_infonce() {  # NAME EXTRA_FLAGS...
         cat "$bin/$name.ptxas.txt"; return 1; }
 }
 build_infonce infonce_bench &
-build_infonce infonce_probe_stamps -DINFONCE_BENCH_PROBE -DINFONCE_V3_STAMPS &
+build_infonce infonce_probe_stamps -DINFONCE_V3_STAMPS &  # all variants: INFONCE_PROBE_VARIANT picks one
 wait -n && wait -n  # both must succeed
 build_infonce infonce_probe_nofence -DINFONCE_BENCH_PROBE -DINFONCE_V3_NO_PROXY_FENCE &
 "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -Xptxas -v -I"$here" -I"$gen" \

@@ -682,7 +682,11 @@ static int group_probe() {
     }
 #ifdef INFONCE_V3_STAMPS
     {
-        const Plan pl = v3_plan(P, infonce_v3::MODE_AUTO, -1, 0);
+        int pv = -1;  // INFONCE_PROBE_VARIANT=name: stamp that variant instead of the automatic plan
+        if (const char* want = getenv("INFONCE_PROBE_VARIANT"))
+            for (int vi = 0; vi < infonce_v3::kNumWgVariants; ++vi)
+                if (strcmp(infonce_v3::kWgVariants[vi].name, want) == 0) pv = vi;
+        const Plan pl = v3_plan(P, pv < 0 ? infonce_v3::MODE_AUTO : infonce_v3::MODE_WGMMA, pv, 0);
         const char* names[infonce_v3::kStampSlots] = {"entry", "prologue done", "1st k-tile stored", "K loop done",
                                                        "ticket", "merged (last CTA)", "output (last CTA)", "-"};
         printf("stamps, v3 auto %s, grid %d: us after the stamp kernel; per slot: CTAs, min / p10 / p50 / p90 / max\n",
@@ -700,15 +704,15 @@ static int group_probe() {
             CK(cudaMemcpyFromSymbol(h, infonce_v3::g_v3_stamps, sizeof h));
             printf(" call %d\n", call);
             {
-                static unsigned long long ph[infonce_v3::kStampCtas][infonce_v3::kStampSlots];
+                static unsigned long long ph[infonce_v3::kStampCtas][2 * infonce_v3::kStampSlots];
                 CK(cudaMemcpyFromSymbol(ph, infonce_v3::g_v3_phase, sizeof ph));
-                const char* pn[6] = {"raw wait", "lds+split+sts", "fence+barrier", "wgmma issue", "wait prev", "rest"};
-                printf("   K-loop clocks of thread 0, median CTA, per iteration:");
-                for (int i = 0; i < 6; ++i) {
+                printf("   K-loop clocks per iteration, median CTA: thread 0 (phases 0-5) | thread 256 (producer, 0-5):");
+                for (int i = 0; i < 2 * infonce_v3::kStampSlots; ++i) {
+                    if (i % infonce_v3::kStampSlots >= 6) continue;
                     std::vector<double> v;
                     for (int b = 0; b < pl.grid; ++b) v.push_back((double)ph[b][i]);
                     std::sort(v.begin(), v.end());
-                    printf(" %s %.0f", pn[i], v[v.size() / 2] / (c.D / 32.0));
+                    printf("%s %.0f", i == infonce_v3::kStampSlots ? " |" : "", v[v.size() / 2] / (c.D / 32.0));
                 }
                 printf("\n");
             }

@@ -513,7 +513,9 @@ __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* p, unsigned v
 // the mask makes hi's low 13 bits exactly zero, so x - hi below is the exact remainder of the value the tensor core
 // uses), lo = the same rounding of x - hi (exact in fp32).  lo's low bits need no mask: whether the tensor core
 // ignores them or not, lo is rn_tf32(x - hi) or closer to x - hi.  Error bound as fast.py's round-half-away split:
-// |x - hi| <= 2^-11 |x|, |x - hi - lo| <= 2^-11 |x - hi| <= 2^-22 |x|.
+// |x - hi| <= 2^-11 |x|, |x - hi - lo| <= 2^-11 |x - hi| <= 2^-22 |x|.  (The ninth session tried fast.py's integer
+// rounding here instead, IADD + LOP3 at the full integer rate, thinking the conversions' quarter rate bound the
+// split: the seed shape got 6% slower and the big shape 10%.)
 __device__ __forceinline__ void split_tf32_rn(uint32_t xbits, uint32_t& hi, uint32_t& lo) {
     uint32_t h, l;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(h) : "f"(__uint_as_float(xbits)));
@@ -579,11 +581,11 @@ __device__ __forceinline__ void v3_stamp(int slot, bool on) {
 }
 #define V3_STAMP(slot, on) v3_stamp(slot, on)
 // Per-phase SM clocks of the K loop, summed over iterations, thread 0 of each CTA (g_v3_phase[cta][phase]).
-__device__ unsigned long long g_v3_phase[kStampCtas][kStampSlots];
+__device__ unsigned long long g_v3_phase[kStampCtas][2 * kStampSlots];  // [0, 8): thread 0; [8, 16): thread 256
 #define V3_PHASE_DECL unsigned v3_ph[kStampSlots] = {}; unsigned v3_t = (unsigned)clock();
 #define V3_PHASE(i) do { const unsigned t_ = (unsigned)clock(); v3_ph[i] += t_ - v3_t; v3_t = t_; } while (0)
-#define V3_PHASE_STORE() do { if (threadIdx.x == 0) for (int i_ = 0; i_ < kStampSlots; ++i_) \
-    g_v3_phase[blockIdx.x % kStampCtas][i_] = v3_ph[i_]; } while (0)
+#define V3_PHASE_STORE() do { if (threadIdx.x == 0 || threadIdx.x == 256) for (int i_ = 0; i_ < kStampSlots; ++i_) \
+    g_v3_phase[blockIdx.x % kStampCtas][i_ + (threadIdx.x ? kStampSlots : 0)] = v3_ph[i_]; } while (0)
 #else
 #define V3_STAMP(slot, on) ((void)0)
 #define V3_PHASE_DECL
@@ -1140,30 +1142,35 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
 }
 
 
-// Warp-specialised TMA kernel (ninth session).  Warpgroups 0 and 1 are the TMA kernel's consumers (A fragments
-// split in registers, wgmma, online log-sum-exp); warpgroup 2 is a B producer: it reads each stage's raw B tile,
-// splits it and stores the hi/lo slot the wgmma reads.  The consumer warps no longer spend issue slots on B, and the
-// producer's work runs beside theirs on its own warps.  One barrier per iteration among all 384 threads (named
-// barrier 1), as in the two-warpgroup kernel: the producer's stores of slot it % PD come before it, the consumers'
-// wgmma after; slot it % PD was last read by batch it - PD, retired (wait_group 1 of iteration it - PD + 1) before
-// the barrier of iteration it - 1 when PD >= 3.  Thread 0 refills raw stage s right after the barrier of the
-// iteration that read it.
-__device__ __forceinline__ void bar_sync_all384() { asm volatile("bar.sync 1, 384;" ::: "memory"); }
-
+// Warp-specialised TMA kernel (ninth session), for small problems where the K loop is latency-bound.
+// The two-warpgroup kernel's clocks per k-tile (seed shape, thread 0): split 606, barrier 48, wgmma issue 514,
+// wait 16.  wgmma with A in registers does not let its warp go on until the batch has run, and the per-iteration
+// barrier keeps both warpgroups in the same phase, so the tensor cores idle during every split.  Here:
+//   * warpgroup 2 (producer) splits each k-tile's B into a hi/lo slot (NSLOT = PD slots), and its thread 256
+//     refills the raw B stages (TMA);
+//   * warpgroups 0 and 1 (consumers) each own 64 query rows: they read their A fragments from their own raw A
+//     stage (a 64-row TMA box, refilled by the warpgroup's first thread), split them, wait for the B slot and issue
+//     their wgmma batch, independently of each other, so one warpgroup splits while the other's batch runs.
+// Synchronisation is by mbarriers only (no CTA-wide barrier in the loop):
+//   full_a[w][s]  raw A of warpgroup w in stage s landed (TMA bytes);   full_rb[s]  raw B in stage s landed;
+//   full_b[j]     slot j holds the k-tile's B hi/lo (producer: 1 arrival after its named barrier);
+//   empty_b[j]    both consumer warpgroups' batches that read slot j have retired (2 arrivals).
+// A stage or slot used for the u-th time waits on parity u & 1 (the producer's empty wait on the opposite parity,
+// which passes at once for u = 0).
 template <int BN, int PD>
 __global__ void __launch_bounds__(384, 1)
     infonce_ws_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                       const WgParams P) {
-    constexpr int NT = 384, NC = 256, BM = 128, KH = 4;
+    constexpr int NT = 384, BM = 128, KH = 4, NSLOT = PD;
     constexpr int NACC = BN / 2, BUF = BN * 128, SLOT = 2 * BUF;
-    constexpr int RAW_A = BM * 128, RAW_B = BN * 128, RAW = RAW_A + RAW_B;
+    constexpr int RAW_AH = 64 * 128, RAW_B = BN * 128, RAW = 2 * RAW_AH + RAW_B;  // a stage: A half 0, A half 1, B
     constexpr int BITEMS = BN * 4, BPERP = (BITEMS + 127) / 128;  // producer: (row, 8-float chunk) items per thread
-    static_assert(PD >= 3, "hi/lo slots: slot it % PD was last read by batch it - PD");
+    static_assert(PD >= 2, "stages");
     static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
     extern __shared__ unsigned char smem_raw[];
     __shared__ double s_wsum[NT / 32];
     __shared__ int s_flag;
-    __shared__ alignas(8) unsigned long long s_full[PD];
+    __shared__ alignas(8) unsigned long long s_bar[5 * PD];  // full_a[2][PD], full_rb[PD], full_b[PD], empty_b[PD]
 
     V3_STAMP(0, true);  // entry
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
@@ -1178,54 +1185,73 @@ __global__ void __launch_bounds__(384, 1)
     const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
     const int KT = (D + 31) / 32;
     const int total = (t_end - t_begin) * KT;
-    const uint32_t raw0 = sbase + (uint32_t)(PD * SLOT), full0 = smem_u32(&s_full[0]);
-    const bool producer = wg == 2;
-    const int rA = row0 + 64 * wg + 16 * wq + g;  // a consumer's fragment rows rA, rA + 8
-
-    int ld_kt = 0, ld_tile = t_begin;  // TMA cursor (only thread 0's copy issues anything)
-    auto tma_issue = [&](int stage) {
-        const uint32_t dst = raw0 + (uint32_t)(stage * RAW), bar = full0 + 8u * (uint32_t)stage;
-        if (tid == 0) {
-            mbar_arrive_expect_tx(bar, (uint32_t)RAW);
-            tma_load_2d(dst, &tmA, ld_kt * 32, row0, bar);
-            tma_load_2d(dst + RAW_A, &tmB, ld_kt * 32, ld_tile * BN, bar);
+    const uint32_t raw0 = sbase + (uint32_t)(NSLOT * SLOT);
+    const uint32_t bar0 = smem_u32(&s_bar[0]);
+    auto full_a = [&](int w, int st) { return bar0 + 8u * (uint32_t)(w * PD + st); };
+    auto full_rb = [&](int st) { return bar0 + 8u * (uint32_t)(2 * PD + st); };
+    auto full_b = [&](int j) { return bar0 + 8u * (uint32_t)(3 * PD + j); };
+    auto empty_b = [&](int j) { return bar0 + 8u * (uint32_t)(4 * PD + j); };
+    auto wait_bar = [&](uint32_t bar, uint32_t parity) {
+        while (!mbar_try(bar, parity)) {
         }
-        if (++ld_kt == KT) ld_kt = 0, ++ld_tile;
+    };
+    // k-tile `it` of this CTA: k offset and n-tile (it = tile_index * KT + kt).
+    auto kcoord = [&](int it) { return (it % KT) * 32; };
+    auto ncoord = [&](int it) { return (t_begin + it / KT) * BN; };
+    auto issue_a = [&](int w, int st, int it) {
+        mbar_arrive_expect_tx(full_a(w, st), (uint32_t)RAW_AH);
+        tma_load_2d(raw0 + (uint32_t)(st * RAW + w * RAW_AH), &tmA, kcoord(it), row0 + 64 * w, full_a(w, st));
+    };
+    auto issue_b = [&](int st, int it) {
+        mbar_arrive_expect_tx(full_rb(st), (uint32_t)RAW_B);
+        tma_load_2d(raw0 + (uint32_t)(st * RAW + 2 * RAW_AH), &tmB, kcoord(it), ncoord(it), full_rb(st));
     };
     if (tid == 0) {
 #pragma unroll
-        for (int s = 0; s < PD; ++s) mbar_init(full0 + 8u * (uint32_t)s, 1u);
+        for (int i = 0; i < 4 * PD; ++i) mbar_init(bar0 + 8u * (uint32_t)i, 1u);
+#pragma unroll
+        for (int j = 0; j < PD; ++j) mbar_init(empty_b(j), 2u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#pragma unroll
+        for (int st = 0; st < PD; ++st)
+            if (st < total) issue_a(0, st, st), issue_a(1, st, st), issue_b(st, st);
     }
     __syncthreads();
-#pragma unroll
-    for (int s = 0; s < PD; ++s)
-        if (s < total) tma_issue(s);
     positive_cosines(P, row0, BM, split, warp, NT / 32, lane);
     V3_STAMP(1, true);  // prologue done
 
     float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
-    if (producer) {
-        // Item u of producer thread pt: tile row rP0 + 32 u (row & 7 == g), floats 8c .. 8c + 7 of the k-tile; the
-        // store pattern and the K permutation are the two-warpgroup kernel's (see the comment above it).
-        const int rP0 = (tid - NC) >> 2;
+    const int rA = row0 + 64 * wg + 16 * wq + g;  // a consumer's fragment rows rA, rA + 8
+    if (wg == 2) {
+        // Producer.  Item u of producer thread pt: tile row rP0 + 32 u (row & 7 == g), floats 8c .. 8c + 7 of the
+        // k-tile; the stores and the K permutation are the two-warpgroup kernel's (see the comment above it).
+        const int rP0 = (tid - 256) >> 2;
         const uint32_t b_st0 = (sbase + (uint32_t)(rP0 * 128 + (c << 2))) | (uint32_t)(g << 4);
+        V3_PHASE_DECL
         for (int it0 = 0; it0 < total; it0 += PD) {
 #pragma unroll
-            for (int s = 0; s < PD; ++s) {
-                if (it0 + s >= total) break;
-                const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / PD) & 1u;
-                while (!mbar_try(bar, par)) {
-                }
-                const uint32_t rb = raw0 + (uint32_t)(s * RAW + RAW_A);
+            for (int st = 0; st < PD; ++st) {
+                const int it = it0 + st;
+                if (it >= total) break;
+                const uint32_t use = (uint32_t)(it0 / PD) & 1u;
+                wait_bar(full_rb(st), use);
+                V3_PHASE(0);
+                const uint32_t rb = raw0 + (uint32_t)(st * RAW + 2 * RAW_AH);
+                float4 b0[BPERP], b1[BPERP];
 #pragma unroll
                 for (int u = 0; u < BPERP; ++u) {
-                    const bool on = BITEMS % 128 == 0 || rP0 + 32 * u < BN;  // items past the tile store nothing
-                    const int r = min(rP0 + 32 * u, BN - 1);
-                    const float4 b0 = lds4(rb + (uint32_t)(r * 128) + (uint32_t)(((2 * c) ^ g) << 4));
-                    const float4 b1 = lds4(rb + (uint32_t)(r * 128) + (uint32_t)(((2 * c + 1) ^ g) << 4));
-                    const float xs[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-                    const uint32_t rowaddr = b_st0 + (uint32_t)(s * SLOT + u * 32 * 128);
+                    const int r = min(rP0 + 32 * u, BN - 1);  // items past the tile read row BN-1 (never stored)
+                    b0[u] = lds4(rb + (uint32_t)(r * 128) + (uint32_t)(((2 * c) ^ g) << 4));
+                    b1[u] = lds4(rb + (uint32_t)(r * 128) + (uint32_t)(((2 * c + 1) ^ g) << 4));
+                }
+                V3_PHASE(1);
+                wait_bar(empty_b(st), use ^ 1u);  // slot st's previous batches have retired
+                V3_PHASE(2);
+#pragma unroll
+                for (int u = 0; u < BPERP; ++u) {
+                    const bool on = BITEMS % 128 == 0 || rP0 + 32 * u < BN;
+                    const float xs[8] = {b0[u].x, b0[u].y, b0[u].z, b0[u].w, b1[u].x, b1[u].y, b1[u].z, b1[u].w};
+                    const uint32_t rowaddr = b_st0 + (uint32_t)(st * SLOT + u * 32 * 128);
 #pragma unroll
                     for (int e = 0; e < 8; ++e) {
                         uint32_t hi, lo;
@@ -1236,24 +1262,35 @@ __global__ void __launch_bounds__(384, 1)
                     }
                 }
                 fence_proxy_async_smem();  // generic-proxy stores -> wgmma's async-proxy reads
-                bar_sync_all384();
+                V3_PHASE(3);
+                asm volatile("bar.sync 4, 128;" ::: "memory");  // every producer thread stored slot st, read raw B
+                V3_PHASE(4);
+                if (tid == 256) {
+                    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(full_b(st)) : "memory");
+                    if (it + PD < total) issue_b(st, it + PD);
+                }
+                V3_PHASE(5);
             }
         }
+        V3_PHASE_STORE();
     } else {
         float acc[NACC];
 #pragma unroll
         for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
         const uint64_t desc0 = sw128_desc(sbase);
-        const int rl = 64 * wg + 16 * wq + g;  // tile rows rl, rl + 8; rl & 7 == g
+        const int rl = 16 * wq + g;  // rows rl, rl + 8 of this warpgroup's 64-row A box; rl & 7 == g
+        const bool lead = (tid & 127) == 0;
         int rd_kt = 0, rd_tile = t_begin;
+        V3_PHASE_DECL
         for (int it0 = 0; it0 < total; it0 += PD) {
 #pragma unroll
-            for (int s = 0; s < PD; ++s) {
-                if (it0 + s >= total) break;
-                const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / PD) & 1u;
-                while (!mbar_try(bar, par)) {
-                }
-                const uint32_t ra = raw0 + (uint32_t)(s * RAW);
+            for (int st = 0; st < PD; ++st) {
+                const int it = it0 + st;
+                if (it >= total) break;
+                const uint32_t use = (uint32_t)(it0 / PD) & 1u;
+                wait_bar(full_a(wg, st), use);
+                V3_PHASE(0);
+                const uint32_t ra = raw0 + (uint32_t)(st * RAW + wg * RAW_AH);
                 float4 x[2], y[2];
 #pragma unroll
                 for (int v = 0; v < 2; ++v) {
@@ -1273,11 +1310,15 @@ __global__ void __launch_bounds__(384, 1)
                     split_tf32_rn(__float_as_uint((l & 1) ? xa.w : xa.y), ahi[4 * l + 2], alo[4 * l + 2]);
                     split_tf32_rn(__float_as_uint((l & 1) ? ya.w : ya.y), ahi[4 * l + 3], alo[4 * l + 3]);
                 }
-                bar_sync_all384();  // slot s holds this k-tile's B hi/lo; every thread has read raw stage s
-                V3_STAMP(2, it0 + s == 0);
-                if (it0 + s + PD < total) tma_issue(s);
+                V3_PHASE(1);
+                // every thread of this warpgroup has read its A pieces: refill the stage for it + PD
+                asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
+                if (lead && it + PD < total) issue_a(wg, st, it + PD);
+                wait_bar(full_b(st), use);
+                V3_STAMP(2, it == 0);
+                V3_PHASE(2);
                 const int first = rd_kt == 0;
-                const uint64_t dh = desc0 + (uint64_t)((s * SLOT) >> 4), dl = dh + (uint64_t)(BUF >> 4);
+                const uint64_t dh = desc0 + (uint64_t)((st * SLOT) >> 4), dl = dh + (uint64_t)(BUF >> 4);
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
                 wg_fence();
@@ -1290,9 +1331,14 @@ __global__ void __launch_bounds__(384, 1)
                     Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh + o, 1);
                 }
                 wg_commit();
-                wg_wait<1>();  // the batch of the previous iteration is done (its A fragments are free)
+                V3_PHASE(3);
+                wg_wait<1>();  // the previous batch has retired: its slot may be rewritten
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                V3_PHASE(4);
+                if (lead && it > 0)
+                    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty_b(st == 0 ? PD - 1 : st - 1))
+                                 : "memory");
                 if (++rd_kt == KT) {
                     wg_wait<0>();
 #pragma unroll
@@ -1301,12 +1347,14 @@ __global__ void __launch_bounds__(384, 1)
                     rd_kt = 0;
                     ++rd_tile;
                 }
+                V3_PHASE(5);
             }
         }
         wg_wait<0>();
+        V3_PHASE_STORE();
     }
     V3_STAMP(3, true);  // K loop and last fold done
-    finish_cta<NT>(P, run_m, run_s, rA, !producer && c == 0, split, s_wsum, &s_flag);
+    finish_cta<NT>(P, run_m, run_s, rA, wg < 2 && c == 0, split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1525,7 +1573,7 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
         CUtensorMap tmA = {}, tmB = {};
         if (v.tma) {
-            e = encode_rows_map(&tmA, q, B, D, 64 * v.wgs);
+            e = encode_rows_map(&tmA, q, B, D, v.producer ? 64 : 64 * v.wgs);  // ws: one 64-row box per warpgroup
             if (e == cudaSuccess) e = encode_rows_map(&tmB, n, N, D, v.bn);
             if (e != cudaSuccess) return e;
         }
