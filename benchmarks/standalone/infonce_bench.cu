@@ -704,15 +704,16 @@ static int group_probe() {
             CK(cudaMemcpyFromSymbol(h, infonce_v3::g_v3_stamps, sizeof h));
             printf(" call %d\n", call);
             {
-                static unsigned long long ph[infonce_v3::kStampCtas][2 * infonce_v3::kStampSlots];
+                static unsigned long long ph[infonce_v3::kStampCtas][infonce_v3::kStampSlots];
                 CK(cudaMemcpyFromSymbol(ph, infonce_v3::g_v3_phase, sizeof ph));
-                printf("   K-loop clocks per iteration, median CTA: thread 0 (phases 0-5) | thread 256 (producer, 0-5):");
-                for (int i = 0; i < 2 * infonce_v3::kStampSlots; ++i) {
-                    if (i % infonce_v3::kStampSlots >= 6) continue;
+                const char* pn[6] = {"raw wait", "lds+split+sts", "fence+barrier", "refill+wgmma issue", "wait prev",
+                                     "rest"};
+                printf("   K-loop clocks of thread 0 per iteration, median CTA:");
+                for (int i = 0; i < 6; ++i) {
                     std::vector<double> v;
                     for (int b = 0; b < pl.grid; ++b) v.push_back((double)ph[b][i]);
                     std::sort(v.begin(), v.end());
-                    printf("%s %.0f", i == infonce_v3::kStampSlots ? " |" : "", v[v.size() / 2] / (c.D / 32.0));
+                    printf(" %s %.0f", pn[i], v[v.size() / 2] / (c.D / 32.0));
                 }
                 printf("\n");
             }

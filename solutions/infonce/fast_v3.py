@@ -2,21 +2,22 @@
 
 loss = mean_b softplus(lse_j(<q_b, n_j>/T) - pos_b),  pos_b = cos(q_b, p_b)/T   (as fast.py)
 
-Design (details and the error argument: docs/perf-notes/infonce.md, section "Eighth session: fast_v3 (wgmma)"):
+Design (details and the error argument: docs/perf-notes/infonce.md, sections "Eighth session: fast_v3 (wgmma)"
+and "Ninth session"):
   * CTA = 2 warpgroups = 128 query rows x a contiguous range of BN-wide negative tiles (split-N).  Per
-    iteration (a k-tile of 32 floats, or half of one) every thread loads its query fragment and its share of the
-    negatives straight from global memory into registers (two stages ahead, plus an L2 prefetch six k-tiles
-    ahead), splits them into tf32 hi/lo (hi = round-to-nearest(x), lo = round-to-nearest(x - hi)), keeps the
-    query parts in registers (wgmma's A operand) and writes the negatives' parts once per CTA into a 3-slot
-    shared ring in the 128-byte-swizzled K-major layout (wgmma's B operand, read through smem descriptors).
+    iteration (a k-tile of 32 floats) thread 0's two tensor-map copies (TMA) bring the raw query and negatives
+    tiles into a ring of stages in shared memory, PD k-tiles ahead; every thread reads its pieces back, splits
+    them into tf32 hi/lo (hi = round-to-nearest(x), lo = round-to-nearest(x - hi)), keeps the query parts in
+    registers (wgmma's A operand) and writes the negatives' parts once per CTA into a ring of hi/lo slots in the
+    128-byte-swizzled K-major layout (wgmma's B operand, read through smem descriptors).  (The bench also builds
+    the eighth session's variants that load straight to registers.)
     Each k8-step issues three wgmma.m64nBNk8.f32.tf32 (a_lo.b_hi, a_hi.b_lo, a_hi.b_hi, fast.py's order);
     one batch always waits behind the running one (wait_group 1).  A K permutation (identical for both
     operands) lets every thread use 16-byte loads and conflict-free 4-byte smem stores.
   * After each n-tile the accumulators are folded into a running per-row (max, sum of exp2): logits never
-    touch memory.  Each CTA writes one (max, sum) per row; the last CTA of each 128-row block (acq_rel ticket)
-    merges them in split order with the positive cosines (computed by the block's CTAs during the pipeline
-    fill) into softplus terms in double; the last block adds the block sums in index order.  Deterministic,
-    no spin waits; counters reset themselves.
+    touch memory.  Each CTA writes one (max, sum) per row; the last CTA of the grid (acq_rel ticket) merges them
+    in split order with the positive cosines (computed by the block's CTAs during the pipeline fill) into
+    softplus terms and adds them in a fixed order.  Deterministic, no spin waits; the counter resets itself.
   * Tiles: 128 x 40 (seed 256 x 2560: 2 x 64 = 128 CTAs of one tile each) or 128 x 128 (big problems); the
     host picks tile and split count with fast.py's wave model.  Inputs that cannot use 16-byte loads
     (D % 4 != 0 or a misaligned base) run fast.py's mma.sync kernels (copied below as `legacy`).
@@ -24,8 +25,8 @@ Design (details and the error argument: docs/perf-notes/infonce.md, section "Eig
     same string and calls the same plan()/launch().
 The workspace and its counters are persistent per device: do not run this op concurrently on two streams of
 one device (as fast.py). Built for sm_90a only (wgmma): it runs on H100/H200-class GPUs and nowhere else.
-Measured on the H200 (2026-12-01): correct on every correctness shape; 5.67 ms at 4096x1024 N=65536 (fast.py
-8.77 ms in the same bench call), 26.6 us at the seed shape (fast.py 27.8 us).
+Measured on the H200 (2026-12-01, standalone bench, ninth session): 4.87-5.10 ms at 4096x1024 N=65536 (fast.py
+8.71-8.78 ms in the same calls), 23.3-23.6 us at the seed shape (fast.py 27.8-28.1 us); every bench check passes.
 """
 import torch
 import torch.nn as nn
@@ -439,18 +440,22 @@ infonce_fused_kernel(const float* __restrict__ q, const float* __restrict__ p, c
 // inside each, K in k-tiles of 32 floats (one iteration per k-tile, flat over (n-tile, k-tile)).
 //
 // Per iteration, every thread:
-//   1. splits the query (A) fragment it loaded PD iterations earlier into hi/lo tf32 in registers (A is the
-//      register operand of wgmma: m64k8 per warpgroup, each thread holds rows g and g+8 of its warp's 16 rows);
-//   2. splits its share of the negatives (B) k-tile and stores hi and lo into smem slot it%3, in the 128-byte
-//      swizzled K-major layout wgmma reads through a shared-memory descriptor;
-//   3. fence.proxy.async (generic-proxy stores -> async-proxy wgmma reads), __syncthreads;
+//   0. takes its raw pieces of the k-tile: TMA variants read them (16-byte shared loads) from the raw stage that
+//      thread 0's tensor-map copies filled PD iterations earlier (after waiting on the stage's mbarrier); the
+//      register variants have them in registers, loaded PD iterations earlier;
+//   1. splits the query (A) fragment into hi/lo tf32 in registers (A is the register operand of wgmma: m64k8 per
+//      warpgroup, each thread holds rows g and g+8 of its warp's 16 rows);
+//   2. splits its share of the negatives (B) k-tile and stores hi and lo into hi/lo slot it % NSLOT, in the
+//      128-byte swizzled K-major layout wgmma reads through a shared-memory descriptor;
+//   3. fence.proxy.async (generic-proxy stores -> async-proxy wgmma reads), __syncthreads; TMA: thread 0 then
+//      refills the raw stage every thread has just read, for iteration it+PD;
 //   4. issues 4 k8-steps x 3 wgmma (a_lo.b_hi, a_hi.b_lo, a_hi.b_hi: fast.py's 3xTF32 order), commits, and
 //      waits for the PREVIOUS iteration's group (wait_group 1), so one batch is always queued behind the running
 //      one;
-//   5. issues the global loads of iteration it+PD into the registers that batch it-1 has just released, and an L2
-//      prefetch of iteration it+6's lines.
-// Slot it%3 was last read by the batch of iteration it-3; every thread waited for that batch (step 4 of it-2)
-// before the __syncthreads of it-1, so the stores in step 2 never race a wgmma read.
+//   5. register variants: issue the global loads of iteration it+PD into the registers that batch it-1 has just
+//      released, and an L2 prefetch of iteration it+6's lines.
+// Slot it % NSLOT (NSLOT >= 3) was last read by the batch of iteration it-NSLOT; every thread waited for that batch
+// (step 4 of it-NSLOT+1) before the __syncthreads of it-1, so the stores in step 2 never race a wgmma read.
 //
 // K permutation.  A dot product may visit k in any order as long as both operands agree.  Each thread loads
 // 8 consecutive floats (two 16-byte loads) per row per k-tile: physical k = 8c + i, i = 0..7, c = lane & 3.
@@ -465,12 +470,10 @@ infonce_fused_kernel(const float* __restrict__ q, const float* __restrict__ p, c
 // warp's 16, columns 8j + 2c + {0,1}) is scaled by log2(e)/T, masked at N and folded into a running per-row
 // (max, sum of exp2), exactly as fast.py.  The first wgmma of the next n-tile uses scale-d = 0.
 //
-// Merge: each CTA writes one (max, sum) per row to part[split][row]; the last CTA of an m-tile (acq_rel ticket
-// per m-tile) merges that m-tile's rows over all splits in split order (2 threads per row, each half in order,
-// halves combined in order), forms softplus(lse - pos) in double and the m-tile's sum in a fixed tree; the last
-// m-tile (second ticket) adds the m-tile sums in index order.  Deterministic; counters are reset by their
-// last user.  The positive cosines are computed by the CTAs of the m-tile during the pipeline fill.
-// No spin waits anywhere (tickets only decide who merges).
+// Merge (finish_cta): each CTA writes one (max, sum) per row to part[split][row]; the last CTA of the grid (one
+// acq_rel ticket) merges every row over all splits in split order, forms softplus(lse - pos) and adds the rows in
+// a fixed order.  Deterministic; the counter is reset by its last user.  The positive cosines are computed by the
+// CTAs of the m-tile during the pipeline fill.  No spin waits anywhere (the ticket only decides who merges).
 // ------------------------------------------------------------------------------------------------------------
 
 struct WgParams {
@@ -581,11 +584,11 @@ __device__ __forceinline__ void v3_stamp(int slot, bool on) {
 }
 #define V3_STAMP(slot, on) v3_stamp(slot, on)
 // Per-phase SM clocks of the K loop, summed over iterations, thread 0 of each CTA (g_v3_phase[cta][phase]).
-__device__ unsigned long long g_v3_phase[kStampCtas][2 * kStampSlots];  // [0, 8): thread 0; [8, 16): thread 256
+__device__ unsigned long long g_v3_phase[kStampCtas][kStampSlots];
 #define V3_PHASE_DECL unsigned v3_ph[kStampSlots] = {}; unsigned v3_t = (unsigned)clock();
 #define V3_PHASE(i) do { const unsigned t_ = (unsigned)clock(); v3_ph[i] += t_ - v3_t; v3_t = t_; } while (0)
-#define V3_PHASE_STORE() do { if (threadIdx.x == 0 || threadIdx.x == 256) for (int i_ = 0; i_ < kStampSlots; ++i_) \
-    g_v3_phase[blockIdx.x % kStampCtas][i_ + (threadIdx.x ? kStampSlots : 0)] = v3_ph[i_]; } while (0)
+#define V3_PHASE_STORE() do { if (threadIdx.x == 0) for (int i_ = 0; i_ < kStampSlots; ++i_) \
+    g_v3_phase[blockIdx.x % kStampCtas][i_] = v3_ph[i_]; } while (0)
 #else
 #define V3_STAMP(slot, on) ((void)0)
 #define V3_PHASE_DECL
@@ -774,8 +777,7 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
 template <int NT>
 __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2], int rA,
                                            bool writer, int split, double* s_wsum, int* s_flag) {
-    // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums.  (Threads that own no rows -- the
-    // producer warps of the warp-specialised kernel -- pass writer = false and take part in the shuffles harmlessly.)
+    // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums (lane c == 0 of the quad writes).
     const int B = P.B, S = P.S;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 #pragma unroll
@@ -1142,221 +1144,6 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
 }
 
 
-// Warp-specialised TMA kernel (ninth session), for small problems where the K loop is latency-bound.
-// The two-warpgroup kernel's clocks per k-tile (seed shape, thread 0): split 606, barrier 48, wgmma issue 514,
-// wait 16.  wgmma with A in registers does not let its warp go on until the batch has run, and the per-iteration
-// barrier keeps both warpgroups in the same phase, so the tensor cores idle during every split.  Here:
-//   * warpgroup 2 (producer) splits each k-tile's B into a hi/lo slot (NSLOT = PD slots), and its thread 256
-//     refills the raw B stages (TMA);
-//   * warpgroups 0 and 1 (consumers) each own 64 query rows: they read their A fragments from their own raw A
-//     stage (a 64-row TMA box, refilled by the warpgroup's first thread), split them, wait for the B slot and issue
-//     their wgmma batch, independently of each other, so one warpgroup splits while the other's batch runs.
-// Synchronisation is by mbarriers only (no CTA-wide barrier in the loop):
-//   full_a[w][s]  raw A of warpgroup w in stage s landed (TMA bytes);   full_rb[s]  raw B in stage s landed;
-//   full_b[j]     slot j holds the k-tile's B hi/lo (producer: 1 arrival after its named barrier);
-//   empty_b[j]    both consumer warpgroups' batches that read slot j have retired (2 arrivals).
-// A stage or slot used for the u-th time waits on parity u & 1 (the producer's empty wait on the opposite parity,
-// which passes at once for u = 0).
-template <int BN, int PD>
-__global__ void __launch_bounds__(384, 1)
-    infonce_ws_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                      const WgParams P) {
-    constexpr int NT = 384, BM = 128, KH = 4, NSLOT = PD;
-    constexpr int NACC = BN / 2, BUF = BN * 128, SLOT = 2 * BUF;
-    constexpr int RAW_AH = 64 * 128, RAW_B = BN * 128, RAW = 2 * RAW_AH + RAW_B;  // a stage: A half 0, A half 1, B
-    constexpr int BITEMS = BN * 4, BPERP = (BITEMS + 127) / 128;  // producer: (row, 8-float chunk) items per thread
-    static_assert(PD >= 2, "stages");
-    static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
-    extern __shared__ unsigned char smem_raw[];
-    __shared__ double s_wsum[NT / 32];
-    __shared__ int s_flag;
-    __shared__ alignas(8) unsigned long long s_bar[5 * PD];  // full_a[2][PD], full_rb[PD], full_b[PD], empty_b[PD]
-
-    V3_STAMP(0, true);  // entry
-    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
-    const int B = P.B, D = P.D, S = P.S;
-    const int m_tiles = (B + BM - 1) / BM;
-    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;  // same-split CTAs adjacent (L2 reuse)
-    const int row0 = mt * BM;
-    const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // balanced contiguous split of the n-tiles (32-bit)
-    const int t_begin = split * t_q + min(split, t_r);
-    const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
-    const int KT = (D + 31) / 32;
-    const int total = (t_end - t_begin) * KT;
-    const uint32_t raw0 = sbase + (uint32_t)(NSLOT * SLOT);
-    const uint32_t bar0 = smem_u32(&s_bar[0]);
-    auto full_a = [&](int w, int st) { return bar0 + 8u * (uint32_t)(w * PD + st); };
-    auto full_rb = [&](int st) { return bar0 + 8u * (uint32_t)(2 * PD + st); };
-    auto full_b = [&](int j) { return bar0 + 8u * (uint32_t)(3 * PD + j); };
-    auto empty_b = [&](int j) { return bar0 + 8u * (uint32_t)(4 * PD + j); };
-    auto wait_bar = [&](uint32_t bar, uint32_t parity) {
-        while (!mbar_try(bar, parity)) {
-        }
-    };
-    // k-tile `it` of this CTA: k offset and n-tile (it = tile_index * KT + kt).
-    auto kcoord = [&](int it) { return (it % KT) * 32; };
-    auto ncoord = [&](int it) { return (t_begin + it / KT) * BN; };
-    auto issue_a = [&](int w, int st, int it) {
-        mbar_arrive_expect_tx(full_a(w, st), (uint32_t)RAW_AH);
-        tma_load_2d(raw0 + (uint32_t)(st * RAW + w * RAW_AH), &tmA, kcoord(it), row0 + 64 * w, full_a(w, st));
-    };
-    auto issue_b = [&](int st, int it) {
-        mbar_arrive_expect_tx(full_rb(st), (uint32_t)RAW_B);
-        tma_load_2d(raw0 + (uint32_t)(st * RAW + 2 * RAW_AH), &tmB, kcoord(it), ncoord(it), full_rb(st));
-    };
-    if (tid == 0) {
-#pragma unroll
-        for (int i = 0; i < 4 * PD; ++i) mbar_init(bar0 + 8u * (uint32_t)i, 1u);
-#pragma unroll
-        for (int j = 0; j < PD; ++j) mbar_init(empty_b(j), 2u);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#pragma unroll
-        for (int st = 0; st < PD; ++st)
-            if (st < total) issue_a(0, st, st), issue_a(1, st, st), issue_b(st, st);
-    }
-    __syncthreads();
-    positive_cosines(P, row0, BM, split, warp, NT / 32, lane);
-    V3_STAMP(1, true);  // prologue done
-
-    float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
-    const int rA = row0 + 64 * wg + 16 * wq + g;  // a consumer's fragment rows rA, rA + 8
-    if (wg == 2) {
-        // Producer.  Item u of producer thread pt: tile row rP0 + 32 u (row & 7 == g), floats 8c .. 8c + 7 of the
-        // k-tile; the stores and the K permutation are the two-warpgroup kernel's (see the comment above it).
-        const int rP0 = (tid - 256) >> 2;
-        const uint32_t b_st0 = (sbase + (uint32_t)(rP0 * 128 + (c << 2))) | (uint32_t)(g << 4);
-        V3_PHASE_DECL
-        for (int it0 = 0; it0 < total; it0 += PD) {
-#pragma unroll
-            for (int st = 0; st < PD; ++st) {
-                const int it = it0 + st;
-                if (it >= total) break;
-                const uint32_t use = (uint32_t)(it0 / PD) & 1u;
-                wait_bar(full_rb(st), use);
-                V3_PHASE(0);
-                const uint32_t rb = raw0 + (uint32_t)(st * RAW + 2 * RAW_AH);
-                float4 b0[BPERP], b1[BPERP];
-#pragma unroll
-                for (int u = 0; u < BPERP; ++u) {
-                    const int r = min(rP0 + 32 * u, BN - 1);  // items past the tile read row BN-1 (never stored)
-                    b0[u] = lds4(rb + (uint32_t)(r * 128) + (uint32_t)(((2 * c) ^ g) << 4));
-                    b1[u] = lds4(rb + (uint32_t)(r * 128) + (uint32_t)(((2 * c + 1) ^ g) << 4));
-                }
-                V3_PHASE(1);
-                wait_bar(empty_b(st), use ^ 1u);  // slot st's previous batches have retired
-                V3_PHASE(2);
-#pragma unroll
-                for (int u = 0; u < BPERP; ++u) {
-                    const bool on = BITEMS % 128 == 0 || rP0 + 32 * u < BN;
-                    const float xs[8] = {b0[u].x, b0[u].y, b0[u].z, b0[u].w, b1[u].x, b1[u].y, b1[u].z, b1[u].w};
-                    const uint32_t rowaddr = b_st0 + (uint32_t)(st * SLOT + u * 32 * 128);
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) {
-                        uint32_t hi, lo;
-                        split_tf32_rn(__float_as_uint(xs[e]), hi, lo);
-                        const uint32_t a = rowaddr ^ ((uint32_t)e << 4);
-                        st_smem_u32_if(a, hi, on);
-                        st_smem_u32_if(a + BUF, lo, on);
-                    }
-                }
-                fence_proxy_async_smem();  // generic-proxy stores -> wgmma's async-proxy reads
-                V3_PHASE(3);
-                asm volatile("bar.sync 4, 128;" ::: "memory");  // every producer thread stored slot st, read raw B
-                V3_PHASE(4);
-                if (tid == 256) {
-                    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(full_b(st)) : "memory");
-                    if (it + PD < total) issue_b(st, it + PD);
-                }
-                V3_PHASE(5);
-            }
-        }
-        V3_PHASE_STORE();
-    } else {
-        float acc[NACC];
-#pragma unroll
-        for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
-        const uint64_t desc0 = sw128_desc(sbase);
-        const int rl = 16 * wq + g;  // rows rl, rl + 8 of this warpgroup's 64-row A box; rl & 7 == g
-        const bool lead = (tid & 127) == 0;
-        int rd_kt = 0, rd_tile = t_begin;
-        V3_PHASE_DECL
-        for (int it0 = 0; it0 < total; it0 += PD) {
-#pragma unroll
-            for (int st = 0; st < PD; ++st) {
-                const int it = it0 + st;
-                if (it >= total) break;
-                const uint32_t use = (uint32_t)(it0 / PD) & 1u;
-                wait_bar(full_a(wg, st), use);
-                V3_PHASE(0);
-                const uint32_t ra = raw0 + (uint32_t)(st * RAW + wg * RAW_AH);
-                float4 x[2], y[2];
-#pragma unroll
-                for (int v = 0; v < 2; ++v) {
-                    const uint32_t cof = (uint32_t)(((2 * c + v) ^ g) << 4);
-                    x[v] = lds4(ra + (uint32_t)(rl * 128) + cof);
-                    y[v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
-                }
-                // A hi/lo fragments in wgmma order per k8-step l: (row g, col c), (row g+8, col c), (row g, col c+4),
-                // (row g+8, col c+4) = floats 2l, 2l (row g+8), 2l+1, 2l+1 (the K permutation).
-                uint32_t ahi[4 * KH], alo[4 * KH];
-#pragma unroll
-                for (int l = 0; l < KH; ++l) {
-                    const float4& xa = x[l >> 1];
-                    const float4& ya = y[l >> 1];
-                    split_tf32_rn(__float_as_uint((l & 1) ? xa.z : xa.x), ahi[4 * l + 0], alo[4 * l + 0]);
-                    split_tf32_rn(__float_as_uint((l & 1) ? ya.z : ya.x), ahi[4 * l + 1], alo[4 * l + 1]);
-                    split_tf32_rn(__float_as_uint((l & 1) ? xa.w : xa.y), ahi[4 * l + 2], alo[4 * l + 2]);
-                    split_tf32_rn(__float_as_uint((l & 1) ? ya.w : ya.y), ahi[4 * l + 3], alo[4 * l + 3]);
-                }
-                V3_PHASE(1);
-                // every thread of this warpgroup has read its A pieces: refill the stage for it + PD
-                asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
-                if (lead && it + PD < total) issue_a(wg, st, it + PD);
-                wait_bar(full_b(st), use);
-                V3_STAMP(2, it == 0);
-                V3_PHASE(2);
-                const int first = rd_kt == 0;
-                const uint64_t dh = desc0 + (uint64_t)((st * SLOT) >> 4), dl = dh + (uint64_t)(BUF >> 4);
-#pragma unroll
-                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                wg_fence();
-#pragma unroll
-                for (int l = 0; l < KH; ++l) {
-                    const uint64_t o = (uint64_t)(2 * l);  // 32 bytes per k8-step, in 16-byte units
-                    Wgmma<BN>::mma(acc, alo[4 * l], alo[4 * l + 1], alo[4 * l + 2], alo[4 * l + 3], dh + o,
-                                   (first && l == 0) ? 0 : 1);
-                    Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dl + o, 1);
-                    Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh + o, 1);
-                }
-                wg_commit();
-                V3_PHASE(3);
-                wg_wait<1>();  // the previous batch has retired: its slot may be rewritten
-#pragma unroll
-                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                V3_PHASE(4);
-                if (lead && it > 0)
-                    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty_b(st == 0 ? PD - 1 : st - 1))
-                                 : "memory");
-                if (++rd_kt == KT) {
-                    wg_wait<0>();
-#pragma unroll
-                    for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                    fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
-                    rd_kt = 0;
-                    ++rd_tile;
-                }
-                V3_PHASE(5);
-            }
-        }
-        wg_wait<0>();
-        V3_PHASE_STORE();
-    }
-    V3_STAMP(3, true);  // K loop and last fold done
-    finish_cta<NT>(P, run_m, run_s, rA, wg < 2 && c == 0, split, s_wsum, &s_flag);
-}
-
 // ------------------------------------------------------------------------------------------------------------
 // Host side (CUDA runtime only): tile variants, the plan (path, variant, split count, workspace layout), launch.
 // ------------------------------------------------------------------------------------------------------------
@@ -1366,7 +1153,6 @@ struct WgVariant {
     const char* name;
     int wgs, bn, pd, kh;  // warpgroups per CTA, tile N, prefetch depth (iterations; TMA: raw stages), k8-steps/iteration
     bool tma;             // raw tiles by tensor-map copies (else per-thread loads to registers)
-    bool producer;        // TMA + a third warpgroup that splits B (infonce_ws_kernel)
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
@@ -1377,20 +1163,16 @@ struct WgVariant {
 // (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles) to time them; the extension does not compile
 // them.  All of them compile without register spills (ptxas -v), and without ptxas's "wgmma serialized" warning.
 static const WgVariant kWgVariants[] = {
-    {"tma_n40_s4", 2, 40, 4, 4, true, false, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
-    {"tma_n128_s3", 2, 128, 3, 4, true, false, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
+    {"tma_n40_s4", 2, 40, 4, 4, true, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
+    {"tma_n128_s3", 2, 128, 3, 4, true, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
-    {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, false, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
-    {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, false, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
-    {"tma_n40_s3", 2, 40, 3, 4, true, false, infonce_wgmma_kernel<2, 40, 3, 4, true>, 0.85, false},
-    {"tma_n40_s6", 2, 40, 6, 4, true, false, infonce_wgmma_kernel<2, 40, 6, 4, true>, 0.85, false},
-    {"tma_n80_s4", 2, 80, 4, 4, true, false, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
-    {"ws_n40_s4", 2, 40, 4, 4, true, true, infonce_ws_kernel<40, 4>, 0.85, false},
-    {"ws_n40_s3", 2, 40, 3, 4, true, true, infonce_ws_kernel<40, 3>, 0.85, false},
-    {"ws_n80_s4", 2, 80, 4, 4, true, true, infonce_ws_kernel<80, 4>, 0.95, false},
-    {"ws_n128_s3", 2, 128, 3, 4, true, true, infonce_ws_kernel<128, 3>, 1.00, false},
-    {"wg2_n40_pd2_k4", 2, 40, 2, 4, false, false, infonce_wgmma_kernel<2, 40, 2, 4, false>, 0.85, false},
-    {"wg1_n40_pd4_k2", 1, 40, 4, 2, false, false, infonce_wgmma_kernel<1, 40, 4, 2, false>, 0.85, false},
+    {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
+    {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
+    {"tma_n40_s3", 2, 40, 3, 4, true, infonce_wgmma_kernel<2, 40, 3, 4, true>, 0.85, false},
+    {"tma_n40_s6", 2, 40, 6, 4, true, infonce_wgmma_kernel<2, 40, 6, 4, true>, 0.85, false},
+    {"tma_n80_s4", 2, 80, 4, 4, true, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
+    {"wg2_n40_pd2_k4", 2, 40, 2, 4, false, infonce_wgmma_kernel<2, 40, 2, 4, false>, 0.85, false},
+    {"wg1_n40_pd4_k2", 1, 40, 4, 2, false, infonce_wgmma_kernel<1, 40, 4, 2, false>, 0.85, false},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
@@ -1485,7 +1267,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.path = 0;
         pl.m_tiles = (B + 64 * v.wgs - 1) / (64 * v.wgs);
         pl.n_tiles = (N + v.bn - 1) / v.bn;
-        pl.threads = 128 * v.wgs + (v.producer ? 128 : 0);
+        pl.threads = 128 * v.wgs;
         pl.smem = wg_smem_bytes(v);
         pl.counters = 1;
     } else {
@@ -1573,7 +1355,7 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
         CUtensorMap tmA = {}, tmB = {};
         if (v.tma) {
-            e = encode_rows_map(&tmA, q, B, D, v.producer ? 64 : 64 * v.wgs);  // ws: one 64-row box per warpgroup
+            e = encode_rows_map(&tmA, q, B, D, 64 * v.wgs);
             if (e == cudaSuccess) e = encode_rows_map(&tmB, n, N, D, v.bn);
             if (e != cudaSuccess) return e;
         }
