@@ -41,6 +41,7 @@ build_infonce infonce_bench &
 build_infonce infonce_probe_stamps -DINFONCE_V3_STAMPS &  # all variants: INFONCE_PROBE_VARIANT picks one
 wait -n && wait -n  # both must succeed
 build_infonce infonce_probe_nofence -DINFONCE_BENCH_PROBE -DINFONCE_V3_NO_PROXY_FENCE &
+build_infonce infonce_probe_tma255 -DINFONCE_BENCH_PROBE -DINFONCE_V3_STAMPS -DINFONCE_V3_TMA_TID=255 &
 "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -Xptxas -v -I"$here" -I"$gen" \
     -o "$bin/wgmma_rate" "$here/wgmma_rate.cu" 2> "$bin/wgmma_rate.ptxas.txt" || { cat "$bin/wgmma_rate.ptxas.txt"; exit 1; }
-wait -n
+wait -n && wait -n

@@ -17,8 +17,10 @@
 //     time_big   4096x1024 N=65536: fast.py, v3 auto and the wide variants (timing); v3 vs fast.py loss, and
 //                4 rows' losses against a float64 CPU reference
 //     probe      (only when named; not in the default run) seed shape: flushed / warm / back-to-back times of
-//                fast.py and v3 at several split counts; with -DINFONCE_V3_STAMPS, per-CTA phase stamps.  build.sh
-//                also builds infonce_probe_stamps and infonce_probe_nofence (-DINFONCE_V3_NO_PROXY_FENCE) for it
+//                fast.py and v3 at several split counts; with -DINFONCE_V3_STAMPS, per-CTA %globaltimer stamps and
+//                thread 0's K-loop clocks per phase (INFONCE_PROBE_VARIANT=name stamps that variant).  build.sh also
+//                builds infonce_probe_stamps, infonce_probe_nofence (-DINFONCE_V3_NO_PROXY_FENCE: timing only) and
+//                infonce_probe_tma255 (stamps, TMA copies issued by thread 255 instead of thread 0)
 // Timing: CUDA events around each call, a 256 MB memset before every call (no input left in L2), median.
 // Every wait is bounded (5 s per call, 55 s per group via alarm, 55 s for the whole run): a hang prints TIMEOUT
 // and the group's process exits; the driver goes on with the next group.
@@ -706,10 +708,10 @@ static int group_probe() {
             {
                 static unsigned long long ph[infonce_v3::kStampCtas][infonce_v3::kStampSlots];
                 CK(cudaMemcpyFromSymbol(ph, infonce_v3::g_v3_phase, sizeof ph));
-                const char* pn[6] = {"raw wait", "lds+split+sts", "fence+barrier", "refill+wgmma issue", "wait prev",
-                                     "rest"};
+                const char* pn[7] = {"raw wait", "lds+split+sts", "fence+barrier", "wgmma issue", "wait prev", "rest",
+                                     "TMA refill"};
                 printf("   K-loop clocks of thread 0 per iteration, median CTA:");
-                for (int i = 0; i < 6; ++i) {
+                for (int i = 0; i < 7; ++i) {
                     std::vector<double> v;
                     for (int b = 0; b < pl.grid; ++b) v.push_back((double)ph[b][i]);
                     std::sort(v.begin(), v.end());

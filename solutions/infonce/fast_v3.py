@@ -572,6 +572,9 @@ __device__ __forceinline__ float4 lds4(uint32_t addr) {
 // Diagnostics, compiled only into the standalone bench's probe builds (build.sh): INFONCE_V3_STAMPS records
 // %globaltimer per CTA at the phase boundaries below (thread 0; predicated stores, no branch near wgmma);
 // INFONCE_V3_NO_PROXY_FENCE drops the proxy fence of the K loop (timing only: the results may then be wrong).
+#ifndef INFONCE_V3_TMA_TID
+#define INFONCE_V3_TMA_TID 0  // the thread that issues the TMA copies (a probe build moves it)
+#endif
 #ifdef INFONCE_V3_STAMPS
 constexpr int kStampSlots = 8, kStampCtas = 4096;
 __device__ unsigned long long g_v3_stamps[kStampCtas][kStampSlots];
@@ -984,7 +987,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     // TMA: thread 0 fills raw stage `stage` with the loader cursor's k-tile (and every thread advances the cursor).
     auto tma_issue = [&](int stage) {
         const uint32_t dst = raw0 + (uint32_t)(stage * (RAW_A + RAW_B)), bar = full0 + 8u * (uint32_t)stage;
-        if (tid == 0) {
+        if (tid == INFONCE_V3_TMA_TID) {
             mbar_arrive_expect_tx(bar, (uint32_t)(RAW_A + RAW_B));
             tma_load_2d(dst, &tmA, ld_kt * 32, row0, bar);
             tma_load_2d(dst + RAW_A, &tmB, ld_kt * 32, ld_tile * BN, bar);
@@ -1094,6 +1097,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                 if constexpr (TMA) {
                     if (it0 + s + PD < total) tma_issue(s);
                 }
+                V3_PHASE(6);  // TMA refill (thread 0)
                 // 4. KH k8-steps x 3 products
                 const int first = rd_kt == 0 && rd_part == 0;
                 const uint64_t dh = desc0 + (uint64_t)((slot * SLOT) >> 4) + (uint64_t)(2 * KH * rd_part);
@@ -1110,7 +1114,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                     Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh + o, 1);
                 }
                 wg_commit();
-                V3_PHASE(3);  // TMA refill, wgmma issue
+                V3_PHASE(3);  // wgmma issue
                 wg_wait<1>();  // the batch of the previous iteration is done (its A fragments are free)
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
