@@ -490,13 +490,20 @@ static int group_correct() {
 // ------------------------------------------------------------------------------------------------ timing
 __global__ void empty_kernel() {}
 
-static int group_time_seed() {
-    const Case c = {"seed", 256, 512, 2560, 0.1, 0, 0, 0, 1, false};
+// The seed shape (256x512, N=2560, T=0.1) on the device, with its float64 reference loss.
+static const Case kSeedCase = {"seed", 256, 512, 2560, 0.1, 0, 0, 0, 1, false};
+static double upload_seed(DevProblem& P) {
+    const Case& c = kSeedCase;
     std::vector<float> hq, hp, hn;
     make_inputs(c, hq, hp, hn, 7);
-    const double ref = ref_loss(hq, hp, hn, c.B, c.D, c.N, c.T);
-    DevProblem P;
     P.upload(hq, hp, hn, c.B, c.D, c.N, c.T);
+    return ref_loss(hq, hp, hn, c.B, c.D, c.N, c.T);
+}
+
+static int group_time_seed() {
+    const Case& c = kSeedCase;
+    DevProblem P;
+    const double ref = upload_seed(P);
     const int reps = 200;
     const double flop = 2.0 * c.B * c.D * c.N;
     int fails = 0;
@@ -646,12 +653,9 @@ __global__ void ref_stamp_kernel() {
 }
 
 static int group_probe() {
-    const Case c = {"seed", 256, 512, 2560, 0.1, 0, 0, 0, 1, false};
-    std::vector<float> hq, hp, hn;
-    make_inputs(c, hq, hp, hn, 7);
-    const double ref = ref_loss(hq, hp, hn, c.B, c.D, c.N, c.T);
+    const Case& c = kSeedCase;
     DevProblem P;
-    P.upload(hq, hp, hn, c.B, c.D, c.N, c.T);
+    const double ref = upload_seed(P);
     int fails = 0;
 #ifdef INFONCE_V3_NO_PROXY_FENCE
     printf("probe build: proxy fence REMOVED (timing only; losses may be wrong)\n");
