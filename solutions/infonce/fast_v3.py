@@ -570,8 +570,9 @@ __device__ __forceinline__ float4 lds4(uint32_t addr) {
 }
 
 // Diagnostics, compiled only into the standalone bench's probe builds (build.sh): INFONCE_V3_STAMPS records
-// %globaltimer per CTA at the phase boundaries below (thread 0; predicated stores, no branch near wgmma);
-// INFONCE_V3_NO_PROXY_FENCE drops the proxy fence of the K loop (timing only: the results may then be wrong).
+// %globaltimer per CTA at the phase boundaries below (thread 0; predicated stores, no branch near wgmma) and
+// thread 0's SM clocks per K-loop phase (V3_PHASE); INFONCE_V3_NO_PROXY_FENCE drops the proxy fence of the K loop
+// (timing only: the results may then be wrong); INFONCE_V3_TMA_TID moves the TMA issue to another thread.
 #ifndef INFONCE_V3_TMA_TID
 #define INFONCE_V3_TMA_TID 0  // the thread that issues the TMA copies (a probe build moves it)
 #endif
@@ -598,7 +599,6 @@ __device__ unsigned long long g_v3_phase[kStampCtas][kStampSlots];
 #define V3_PHASE(i) ((void)0)
 #define V3_PHASE_STORE() ((void)0)
 #endif
-
 
 // wgmma.mma_async m64nNk8 f32 += tf32 * tf32, A from registers (4 per thread), B from a smem descriptor.
 template <int N>
@@ -703,7 +703,7 @@ struct Stage {
 };
 
 
-// ---- pieces shared by the wgmma kernels ------------------------------------------------------------------------
+// ---- the wgmma kernel's prologue and epilogue pieces ----------------------------------------------------------
 // Positive term pos_b = cos(q_b, p_b) / T for the rows of the m-tile [row0, row0 + BM) with row % S == split (the
 // m-tile's S CTAs share them out), one warp per row; written to P.pos in double.
 __device__ __forceinline__ void positive_cosines(const WgParams& P, int row0, int BM, int split, int warp, int nwarps,
@@ -775,7 +775,7 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
     }
 }
 
-// The end of every wgmma kernel: write this CTA's per-row (max, sum) partials; the last CTA of the grid (one
+// The end of the wgmma kernel: write this CTA's per-row (max, sum) partials; the last CTA of the grid (one
 // acq_rel ticket) merges every row and writes the mean loss.  NT = threads per CTA (all of them take part).
 template <int NT>
 __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2], int rA,
@@ -795,7 +795,7 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
     // One ticket: the last CTA to finish merges every row.  The barrier orders every thread's writes (partials,
     // positive cosines) before thread 0's gpu-scope fence and acq_rel atomic (the cooperative-groups grid-sync
     // pattern); the merging CTA reads them through L2 (ld.cg) after its own acquire.  (Until the ninth session the
-    // last CTA of each m-tile merged its rows and a second ticket summed the m-tiles: 8.5 us of serial tail at the
+    // last CTA of each m-tile merged its rows and a second ticket summed the m-tiles: 8.2 us of serial tail at the
     // seed shape, by %globaltimer stamps; this is one ticket and one merge.)
     __syncthreads();
     if (tid == 0) {
@@ -1035,7 +1035,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                 Stage<KH, BPER> tst;  // TMA: this iteration's pieces, read back from raw stage s
                 if constexpr (TMA) {
                     const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / NSTG) & 1u;
-                    while (!mbar_try(bar, par)) {
+                    while (!mbar_try(bar, par)) {  // unbounded (see the notes' next steps: bound it as cross_entropy's)
                     }
                     V3_PHASE(0);  // waiting for the raw stage
                     // 128-byte swizzle: 16-byte chunk j of tile row r sits at r * 128 + ((j ^ (r & 7)) << 4); the
