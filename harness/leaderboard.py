@@ -59,6 +59,7 @@ def build(records: list, keep=lambda path: True) -> dict:
                         | {"host_bound": entry_is_host_bound(t)} for t in r["timings"]},
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
             "own_kernel_share": (r.get("profile") or {}).get("own_share"),
+            "versions": r.get("versions") or {},
         }
         if r["status"] == "failed":
             cell["failed"].append(summary)
@@ -97,6 +98,11 @@ def _row(s: dict, shapes: list, label: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _versions(s: dict) -> str:
+    """', quack-kernels 0.6.5' for a library's reference row (the release it timed), where the record says."""
+    return "".join(f", {name} {version}" for name, version in sorted(s.get("versions", {}).items()))
+
+
 def _host_mark(t: dict) -> str:
     """The † of a host-bound figure, with the number of processes whose medians it is the median of, and
     its device time with the host far ahead, where measured."""
@@ -128,7 +134,7 @@ def render_markdown(board: dict) -> str:
             for s in cell["ranked"]:
                 out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**{earlier(s)}"))
             for s in cell["references"]:
-                out.append(_row(s, shapes, f"*{s['name']}* (reference){earlier(s)}"))
+                out.append(_row(s, shapes, f"*{s['name']}* (reference{_versions(s)}){earlier(s)}"))
             if any(earlier(s) for group in ("ranked", "references") for s in cell[group]):
                 out += ["", f"Rows marked \"run X\" come from an earlier run than the latest ({newest['run_id'][:6]}, {newest['date'][:10]}),"
                             " which did not time them; their speedups are against that earlier run's eager and torch.compile."]

@@ -82,6 +82,8 @@ def verdict_text(record: dict, short: bool = False) -> str:
     if record["status"] == "ok":
         checked = sum(c["trials"] for c in record["checks"])
         text = "correct" if record["kind"] == "solution" else "reference"
+        if record.get("versions"):  # another library's row: the release that ran
+            text += " " + ", ".join(f"{name} {version}" for name, version in sorted(record["versions"].items()))
         if checked and not short:
             text += f" ({checked} trials over {len(record['checks'])} shapes)"
         return f"[green]{text}[/green]"

@@ -220,6 +220,8 @@ class Run:
             record["rebuilt"] = loaded["rebuilt"] or bool(built and built[0] and built[1] > 5)
             if loaded.get("cpus"):
                 record["worker_cpus"] = loaded["cpus"]
+            if loaded.get("versions"):
+                record["versions"] = loaded["versions"]
             if target.kind == "solution":
                 self._check_correctness(problem, handle, record, target)
                 if self.device.type == "cuda" and self.config.profile:

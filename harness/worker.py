@@ -26,6 +26,20 @@ from .problem import load_module, load_problem
 from .timing import device_time_per_call, host_batch_check, host_issue_probe, is_host_bound, time_calls
 
 
+
+def installed_versions(module: str) -> dict:
+    """{distribution: version} for what provides an importable top-level module (quack -> quack-kernels), so that a
+    reference row says which release of another library it timed."""
+    from importlib import metadata
+
+    versions = {}
+    for name in metadata.packages_distributions().get(module) or [module]:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
 class Rejected(Exception):
     """A rule, with evidence, rejects the target; `rule` names it."""
 
@@ -97,13 +111,15 @@ class Worker:
                 "cpus": self.cpus}
 
     def _load_other(self):
+        versions = {}
         if self.kind == "external":
             functions = load_module(self.problem.directory / "externals.py", f"externals_{self.problem.name}")
             for package in self.spec["requires"]:
                 if importlib.util.find_spec(package) is None:
                     raise Rejected("unavailable", f"{package} is not importable here")
+                versions.update(installed_versions(package))
             self.external_fn = getattr(functions, self.spec["function"])
-        return {"build_s": 0.0, "rebuilt": False, "cpus": self.cpus}
+        return {"build_s": 0.0, "rebuilt": False, "cpus": self.cpus, "versions": versions}
 
     def model_for(self, shape):
         key = shape.name

@@ -149,3 +149,26 @@ class ModelNew(torch.nn.Module):
     record = evaluate("softmax", write_solution(tmp_path, source), tmp_path, shapes=("one_row",), budget=0.05, host_bound_processes=3)
     assert record["status"] == "failed" and record["rule"] == "timed-output-wrong"
     assert record["reason"].startswith("one_row in process 2 of 3: the output of a timed call is wrong")
+
+
+def test_an_external_record_names_the_installed_release_of_what_it_requires(tmp_path):
+    """A library beside ours in the table: its record says which release ran (here PyYAML, standing in for quack)."""
+    import shutil
+
+    import yaml
+
+    from harness.problem import load_problem
+    from harness.report import verdict_text
+
+    directory = tmp_path / "softmax"
+    shutil.copytree(find_problem("softmax").directory, directory)
+    (directory / "externals.py").write_text("import torch\n\ndef yaml_softmax(x):\n    import yaml  # noqa: F401\n"
+                                            "    return torch.softmax(x, -1)\n")
+    config = Config(trials=1, budget_s=0.05, min_reps=3, call_timeout_s=60, build_timeout_s=60, shapes=("one_row",))
+    run = Run(torch.device("cpu"), tmp_path / "runs.jsonl", config, seed=3)
+    target = Target("external", "via_yaml", requires=("yaml",), function="yaml_softmax")
+    record = run.evaluate_target(load_problem(directory), target, baselines={})
+    assert record["status"] == "ok", record["reason"]
+    assert record["versions"] == {"PyYAML": yaml.__version__}
+    assert f"reference PyYAML {yaml.__version__}" in verdict_text(record, short=True)  # the eval table says it too
+    assert record["timings"][0]["median_ms"] > 0

@@ -152,3 +152,13 @@ def test_the_terminal_table_says_when_a_figure_is_a_median_of_processes():
     assert timing_cell({"median_ms": 0.25, "processes": 5}).splitlines() == ["0.25 ms", "median of 5 processes"]
     assert timing_cell({"median_ms": 0.25}) == "0.25 ms"
     assert timing_cell({"median_ms": 0.25, "processes": 5, "device_ms": 0.08}).splitlines()[-1] == "device 0.08 ms"
+
+
+def test_a_library_row_names_the_release_it_timed(tmp_path):
+    quack = _record("quack", kind="external", medians=(0.9, 1.8)) | {"versions": {"quack-kernels": "0.6.5"}}
+    for record in (_record("eager", kind="eager", medians=(2.0, 2.0)), quack):
+        append_record(record, tmp_path / "runs.jsonl")
+    leaderboard.regenerate(tmp_path)
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert "| *quack* (reference, quack-kernels 0.6.5) | " in text
+    assert "| *eager* (reference) | " in text  # no versions recorded: no suffix
