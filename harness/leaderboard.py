@@ -4,10 +4,12 @@ Per problem and device: the latest run's baselines (eager, torch.compile) and ot
 reference rows (a library that did not import in the latest run keeps its last measured row, marked
 with that run); each solution's latest record; correct solutions ranked by the geometric mean of their
 speedup over eager (both measured in the same run) across the timing shapes; failures below, with why.
-A solution file since removed from the repository drops off the board; its records stay in runs.jsonl.
+A solution file since removed from the repository drops off the board; its records stay in runs.jsonl. One
+whose file changed since its record (sha256) stays, marked: its figures are the earlier version's.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -40,9 +42,21 @@ def still_shipped(path: str | None) -> bool:
     return not path or Path(path).is_absolute() or (REPO_ROOT / path).exists()
 
 
-def build(records: list, keep=lambda path: True) -> dict:
+def file_changed(path: str | None, sha256: str | None) -> bool:
+    """True for a solution whose file, as it is now, is not what the record measured (its sha256 differs):
+    the figures belong to an earlier version of the file."""
+    if not path or not sha256:
+        return False
+    file = Path(path) if Path(path).is_absolute() else REPO_ROOT / path
+    try:
+        return hashlib.sha256(file.read_bytes()).hexdigest() != sha256
+    except OSError:
+        return False
+
+
+def build(records: list, keep=lambda path: True, changed=lambda path, sha256: False) -> dict:
     """{problem: {device: {...}}} with ranked solutions, reference rows and failures; solutions for
-    which keep(path) is false are left out."""
+    which keep(path) is false are left out, and those for which changed(path, sha256) is true are marked."""
     board = {}
     for (problem, device, kind, _), r in sorted(_latest(records).items(), key=lambda kv: kv[1]["env"]["date"]):
         if kind == "solution" and not keep(r.get("path")):
@@ -60,6 +74,7 @@ def build(records: list, keep=lambda path: True) -> dict:
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
             "own_kernel_share": (r.get("profile") or {}).get("own_share"),
             "versions": r.get("versions") or {},
+            "file_changed": kind == "solution" and changed(r.get("path"), r.get("sha256")),
         }
         if r["status"] == "failed":
             cell["failed"].append(summary)
@@ -131,10 +146,15 @@ def render_markdown(board: dict) -> str:
             out.append("|" + "---|" * (len(shapes) + 2))
             newest = max((s for group in ("ranked", "references") for s in cell[group]), key=lambda s: s["date"], default=None)
             earlier = lambda s: f" · run {s['run_id'][:6]}" if newest and s["run_id"] != newest["run_id"] else ""  # noqa: E731
+            stale = lambda s: f" · file changed since run {s['run_id'][:6]}" if s.get("file_changed") else ""  # noqa: E731
             for s in cell["ranked"]:
-                out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**{earlier(s)}"))
+                out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**{earlier(s)}{stale(s)}"))
             for s in cell["references"]:
                 out.append(_row(s, shapes, f"*{s['name']}* (reference{_versions(s)}){earlier(s)}"))
+            if any(s.get("file_changed") for s in cell["ranked"]):
+                out += ["", "Rows marked \"file changed\" were measured on an earlier version of their file (the sha256 in the"
+                            " record is not the file's now; `git log` on the file shows what changed): the figures are that"
+                            " version's until `make eval` runs again."]
             if any(earlier(s) for group in ("ranked", "references") for s in cell[group]):
                 out += ["", f"Rows marked \"run X\" come from an earlier run than the latest ({newest['run_id'][:6]}, {newest['date'][:10]}),"
                             " which did not time them; their speedups are against that earlier run's eager and torch.compile."]
@@ -153,7 +173,8 @@ def render_markdown(board: dict) -> str:
             out.append("")
             if cell["failed"]:
                 out += ["Rejected or failed:", ""]
-                out += [f"- `{s['path'] or s['name']}`: **{s['rule']}**: {s['reason']}" for s in cell["failed"]]
+                out += [f"- `{s['path'] or s['name']}`{' (file changed since that run)' if s.get('file_changed') else ''}:"
+                        f" **{s['rule']}**: {s['reason']}" for s in cell["failed"]]
                 out.append("")
             if cell["skipped"]:
                 out += ["Not run:", ""] + [f"- `{s['path'] or s['name']}`: {s['reason']}" for s in cell["skipped"]] + [""]
@@ -164,7 +185,7 @@ def render_markdown(board: dict) -> str:
 
 def regenerate(results_dir: Path) -> dict:
     records, skipped = read_records(results_dir / "runs.jsonl")
-    board = build(records, keep=still_shipped)
+    board = build(records, keep=still_shipped, changed=file_changed)
     write_atomic(results_dir / "leaderboard.md", render_markdown(board))
     write_atomic(results_dir / "leaderboard.json", json.dumps(board, indent=1, sort_keys=True, default=str) + "\n")
     return {"records": len(records), "skipped_lines": skipped, "problems": sorted(board)}

@@ -162,3 +162,29 @@ def test_a_library_row_names_the_release_it_timed(tmp_path):
     text = (tmp_path / "leaderboard.md").read_text()
     assert "| *quack* (reference, quack-kernels 0.6.5) | " in text
     assert "| *eager* (reference) | " in text  # no versions recorded: no suffix
+
+
+def test_a_solution_edited_after_its_run_is_marked_as_not_the_measured_code(tmp_path):
+    """The board's figures belong to the file the run hashed; an edited file is flagged until it is run again."""
+    import hashlib
+
+    edited, kept, broken = (tmp_path / f"{n}.py" for n in ("edited", "kept", "broken"))
+    for file in (edited, kept, broken):
+        file.write_text("# measured version\n")
+    sha = hashlib.sha256(b"# measured version\n").hexdigest()
+    records = [_record("eager", kind="eager", medians=(2.0, 2.0)),
+               _record("edited", medians=(1.0, 1.0)) | {"path": str(edited), "sha256": sha},
+               _record("kept", medians=(1.5, 1.5)) | {"path": str(kept), "sha256": sha},
+               _record("broken", status="failed", rule="wrong-output", reason="s0: outside atol") | {"path": str(broken), "sha256": sha}]
+    for record in records:
+        append_record(record, tmp_path / "runs.jsonl")
+    edited.write_text("# a faster version, not yet measured\n")
+    broken.write_text("# fixed, not yet measured\n")
+    leaderboard.regenerate(tmp_path)
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert "| **1. edited.py** · file changed since run r1 | " in text
+    assert "| **2. kept.py** | " in text
+    assert 'Rows marked "file changed" were measured on an earlier version of their file' in text
+    assert f"- `{broken}` (file changed since that run): **wrong-output**" in text
+    board = json.loads((tmp_path / "leaderboard.json").read_text())["softmax"]["NVIDIA H200"]
+    assert [s["file_changed"] for s in board["ranked"]] == [True, False]
