@@ -26,7 +26,6 @@ from .problem import load_module, load_problem
 from .timing import device_time_per_call, host_batch_check, host_issue_probe, is_host_bound, time_calls
 
 
-
 def installed_versions(module: str) -> dict:
     """{distribution: version} for what provides an importable top-level module (quack -> quack-kernels), so that a
     reference row says which release of another library it timed."""
@@ -39,6 +38,7 @@ def installed_versions(module: str) -> dict:
         except metadata.PackageNotFoundError:
             pass
     return versions
+
 
 class Rejected(Exception):
     """A rule, with evidence, rejects the target; `rule` names it."""
