@@ -74,6 +74,7 @@ def build(records: list, keep=lambda path: True, changed=lambda path, sha256: Fa
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
             "own_kernel_share": (r.get("profile") or {}).get("own_share"),
             "versions": r.get("versions") or {},
+            "requirement_versions": r.get("requirement_versions") or {},
             "file_changed": kind == "solution" and changed(r.get("path"), r.get("sha256")),
         }
         if r["status"] == "failed":
@@ -151,6 +152,10 @@ def render_markdown(board: dict) -> str:
                 out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**{earlier(s)}{stale(s)}"))
             for s in cell["references"]:
                 out.append(_row(s, shapes, f"*{s['name']}* (reference{_versions(s)}){earlier(s)}"))
+            with_requirements = [s for s in cell["references"] if s.get("requirement_versions")]
+            if with_requirements:
+                out += [""] + [f"*{s['name']}* ran with " + ", ".join(f"{n} {v}" for n, v in sorted(s["requirement_versions"].items()))
+                               + " (what it requires, as installed)." for s in with_requirements]
             if any(s.get("file_changed") for s in cell["ranked"]):
                 out += ["", "Rows marked \"file changed\" were measured on an earlier version of their file (the sha256 in the"
                             " record is not the file's now; `git log` on the file shows what changed): the figures are that"

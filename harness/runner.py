@@ -222,6 +222,7 @@ class Run:
                 record["worker_cpus"] = loaded["cpus"]
             if loaded.get("versions"):
                 record["versions"] = loaded["versions"]
+                record["requirement_versions"] = loaded.get("requirement_versions") or {}
             if target.kind == "solution":
                 self._check_correctness(problem, handle, record, target)
                 if self.device.type == "cuda" and self.config.profile:

@@ -40,6 +40,27 @@ def installed_versions(module: str) -> dict:
     return versions
 
 
+def requirement_versions(distributions) -> dict:
+    """{distribution: version} of what the given distributions require (extras aside) and is installed, torch
+    excepted (the run records it): quack's speed follows the nvidia-cutlass-dsl it found, which quack does not pin."""
+    import re
+    from importlib import metadata
+
+    versions = {}
+    for dist in distributions:
+        for requirement in metadata.requires(dist) or []:
+            if "extra ==" in requirement:
+                continue
+            name = re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0]
+            if name.lower() == "torch":
+                continue
+            try:
+                versions[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                pass
+    return versions
+
+
 class Rejected(Exception):
     """A rule, with evidence, rejects the target; `rule` names it."""
 
@@ -119,7 +140,8 @@ class Worker:
                     raise Rejected("unavailable", f"{package} is not importable here")
                 versions.update(installed_versions(package))
             self.external_fn = getattr(functions, self.spec["function"])
-        return {"build_s": 0.0, "rebuilt": False, "cpus": self.cpus, "versions": versions}
+        return {"build_s": 0.0, "rebuilt": False, "cpus": self.cpus, "versions": versions,
+                "requirement_versions": requirement_versions(versions)}
 
     def model_for(self, shape):
         key = shape.name

@@ -170,5 +170,16 @@ def test_an_external_record_names_the_installed_release_of_what_it_requires(tmp_
     record = run.evaluate_target(load_problem(directory), target, baselines={})
     assert record["status"] == "ok", record["reason"]
     assert record["versions"] == {"PyYAML": yaml.__version__}
+    assert record["requirement_versions"] == {}  # PyYAML requires nothing
     assert f"reference PyYAML {yaml.__version__}" in verdict_text(record, short=True)  # the eval table says it too
     assert record["timings"][0]["median_ms"] > 0
+
+
+def test_what_a_library_requires_is_recorded_with_its_installed_release():
+    """rich (a dependency of the harness) requires markdown-it-py and pygments; their releases are recorded."""
+    from importlib import metadata
+
+    from harness.worker import installed_versions, requirement_versions
+
+    found = requirement_versions(installed_versions("rich"))
+    assert found["pygments"] == metadata.version("pygments") and found["markdown-it-py"] == metadata.version("markdown-it-py")

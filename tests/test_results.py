@@ -155,13 +155,15 @@ def test_the_terminal_table_says_when_a_figure_is_a_median_of_processes():
 
 
 def test_a_library_row_names_the_release_it_timed(tmp_path):
-    quack = _record("quack", kind="external", medians=(0.9, 1.8)) | {"versions": {"quack-kernels": "0.6.5"}}
+    quack = _record("quack", kind="external", medians=(0.9, 1.8)) | {"versions": {"quack-kernels": "0.6.5"},
+                                                                      "requirement_versions": {"nvidia-cutlass-dsl": "4.8.1", "einops": "0.8.1"}}
     for record in (_record("eager", kind="eager", medians=(2.0, 2.0)), quack):
         append_record(record, tmp_path / "runs.jsonl")
     leaderboard.regenerate(tmp_path)
     text = (tmp_path / "leaderboard.md").read_text()
     assert "| *quack* (reference, quack-kernels 0.6.5) | " in text
     assert "| *eager* (reference) | " in text  # no versions recorded: no suffix
+    assert "*quack* ran with einops 0.8.1, nvidia-cutlass-dsl 4.8.1 (what it requires, as installed)." in text
 
 
 def test_a_solution_edited_after_its_run_is_marked_as_not_the_measured_code(tmp_path):
