@@ -507,6 +507,15 @@ __device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r):
 __device__ __forceinline__ void st_smem_u32(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
+__device__ __forceinline__ unsigned atom_add_shared_acq_rel(uint32_t addr, unsigned v) {
+    unsigned old;
+    asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], %2;\n" : "=r"(old) : "r"(addr), "r"(v) : "memory");
+    return old;
+}
+// Barrier `id` (1..15; 0 is __syncthreads's) for `count` threads of the CTA, e.g. one warpgroup.
+__device__ __forceinline__ void bar_sync_named(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* p, unsigned v) {
     unsigned old;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -808,21 +817,24 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
     __threadfence();
 
     // Thread t owns rows t, t + NT, ...: it merges a row's S partials in split order, kMergeChunk loads in flight
-    // (two rounds at the seed shape), into a (max, sum) with the sum in double.  This code runs once per launch on
+    // (two rounds at the seed shape), into a (max, sum) with the sum in float.  This code runs once per launch on
     // one SM, so it starts with a cold instruction cache: it is kept short (rolled loops, no double-precision
     // library calls), which the ninth session's stamps showed to matter more than its arithmetic.
-    // Numerics: the merged sum is >= 1 (the partial holding the row's max contributes exp2(0) * its own sum >= 1),
-    // so log2f of it is well conditioned (absolute error ~1e-6 at most); x = lse - pos is formed in double from the
-    // exact float max and the double positive logit, and softplus(x) = max(x, 0) + log1p(e^-|x|) keeps full relative
-    // accuracy when the loss is tiny (log1pf and expf: ~1e-7 relative).
+    // Numerics: the sum is of S positive terms, so in float it is within about S x 2^-24 relative of the exact sum
+    // (8e-6 at S = 132; the plan's S stays near the SM count), and the loss's relative error from a relative error e
+    // of the sum is at most e (a log, then softplus, whose slope is below 1): far inside the 1e-4 tolerance.  (It
+    // was a double sum until the eleventh session: 16,384 float-to-double conversions and double FMAs on the one
+    // merging SM, about 1 us of the seed shape's tail.)  The merged sum is >= 1 (the partial holding the row's max
+    // contributes exp2(0) * its own sum >= 1), so log2f of it is well conditioned (absolute error ~1e-6 at most);
+    // x = lse - pos is formed in double from the exact float max and the double positive logit, and softplus(x) =
+    // max(x, 0) + log1p(e^-|x|) keeps full relative accuracy when the loss is tiny (log1pf and expf: ~1e-7).
     constexpr double LN2 = 0.69314718055994530942;
     constexpr int kMergeChunk = 32;
     double tloss = 0.0;
 #pragma unroll 1
     for (int row = tid; row < B; row += NT) {
         const double pv = __ldcg(P.pos + row);
-        float m = -INFINITY;
-        double sum = 0.0;
+        float m = -INFINITY, sum = 0.f;
 #pragma unroll 1
         for (int k0 = 0; k0 < S; k0 += kMergeChunk) {
             float2 v[kMergeChunk];
@@ -833,12 +845,12 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
 #pragma unroll
             for (int u = 0; u < kMergeChunk; ++u) mr = fmaxf(mr, v[u].x);  // an empty partial is (-inf, 0)
             const float mu = mr == -INFINITY ? 0.f : mr;
-            sum *= (double)exp2f(m - mu);
+            sum *= exp2f(m - mu);
 #pragma unroll
-            for (int u = 0; u < kMergeChunk; ++u) sum += (double)v[u].y * (double)exp2f(v[u].x - mu);
+            for (int u = 0; u < kMergeChunk; ++u) sum = fmaf(v[u].y, exp2f(v[u].x - mu), sum);
             m = mr;
         }
-        const double x = ((double)m + (double)log2f((float)sum)) * LN2 - pv;
+        const double x = ((double)m + (double)log2f(sum)) * LN2 - pv;
         const double loss = (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
         if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
         tloss += loss;
@@ -863,7 +875,12 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
 // tensor-map copies (128-byte swizzle, zeros outside the tensors); every thread reads its pieces back with 16-byte
 // shared loads.  No per-thread global loads, no loop-carried load registers (ninth session: the register path's
 // loads were consumed right after issue, by ptxas's moves, so each iteration waited for them).
-template <int WGS, int BN, int PD, int KH, bool TMA>
+// DEC = true (TMA only): the two warpgroups run decoupled (eleventh session).  Each splits the whole B k-tile itself
+// into its own hi/lo slots and syncs only its own 128 threads (a named barrier) per k-tile, so one warpgroup's split
+// runs while the other's wgmma batch does (with one barrier for all 256 threads both split, then both wait on the
+// tensor cores, in series).  The raw stage is still shared: the second warpgroup to finish reading it (a shared
+// counter, no waiting) issues its refill.
+template <int WGS, int BN, int PD, int KH, bool TMA, bool DEC = false>
 __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     infonce_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                          const WgParams P) {
@@ -888,10 +905,18 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
     static_assert((NT / 4) % 8 == 0, "a warp's B items must cover 8 consecutive rows");
     static_assert(PD >= 1, "prefetch depth");
+    static_assert(!DEC || (TMA && WGS == 2), "decoupled warpgroups: TMA path, two warpgroups");
+    constexpr int NSLOTS_ALL = DEC ? 2 * NSLOT : NSLOT;  // DEC: each warpgroup has its own ring of hi/lo slots
+    // DEC: B items of a warpgroup are (row, 4-float chunk) pairs, BN * 8 of them over its 128 threads: item it
+    // = wtid + 128 u has c_b = it & 3, h_b = (it >> 2) & 1, row it >> 3, physical floats 8 c_b + 4 h_b + 0..3.
+    // A warp's 32 items are 4 rows x 8 chunks: every raw read and every hi/lo store of a warp is conflict-free.
+    constexpr int DITEMS = BN * 8;
+    constexpr int DPER = (DITEMS + 127) / 128;
     extern __shared__ unsigned char smem_raw[];
     __shared__ double s_wsum[NT / 32];
     __shared__ int s_flag;
     __shared__ alignas(8) unsigned long long s_full[TMA ? PD : 1];  // TMA: one mbarrier per raw stage
+    __shared__ unsigned s_done[DEC ? PD : 1];  // DEC: warpgroups done with each raw stage (odd: the second one)
 
     V3_STAMP(0, true);  // entry
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
@@ -982,12 +1007,13 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     };
 
     Stage<KH, BPER> stg[TMA ? 1 : NSTG];
-    const uint32_t raw0 = sbase + (uint32_t)(NSLOT * SLOT);  // TMA: raw stage s at raw0 + s * (RAW_A + RAW_B)
+    const uint32_t raw0 = sbase + (uint32_t)(NSLOTS_ALL * SLOT);  // TMA: raw stage s at raw0 + s * (RAW_A + RAW_B)
     const uint32_t full0 = smem_u32(&s_full[0]);
-    // TMA: thread 0 fills raw stage `stage` with the loader cursor's k-tile (and every thread advances the cursor).
-    auto tma_issue = [&](int stage) {
+    // TMA: the thread with `issue` fills raw stage `stage` with the loader cursor's k-tile (every thread advances the
+    // cursor).
+    auto tma_issue = [&](int stage, bool issue) {
         const uint32_t dst = raw0 + (uint32_t)(stage * (RAW_A + RAW_B)), bar = full0 + 8u * (uint32_t)stage;
-        if (tid == INFONCE_V3_TMA_TID) {
+        if (issue) {
             mbar_arrive_expect_tx(bar, (uint32_t)(RAW_A + RAW_B));
             tma_load_2d(dst, &tmA, ld_kt * 32, row0, bar);
             tma_load_2d(dst + RAW_A, &tmB, ld_kt * 32, ld_tile * BN, bar);
@@ -998,12 +1024,14 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
         if (tid == 0) {
 #pragma unroll
             for (int s = 0; s < PD; ++s) mbar_init(full0 + 8u * (uint32_t)s, 1u);
+            if constexpr (DEC)
+                for (int s = 0; s < PD; ++s) s_done[s] = 0u;
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         __syncthreads();
 #pragma unroll
         for (int s = 0; s < PD; ++s)
-            if (s < total) tma_issue(s);
+            if (s < total) tma_issue(s, tid == INFONCE_V3_TMA_TID);
     } else {
 #pragma unroll
         for (int i = 0; i < PFK; ++i) prefetch();
@@ -1026,6 +1054,22 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     // zero, so after | (g << 4) the xor gives + ((i ^ g) << 4)).
     const uint32_t b_st0 = (sbase + (uint32_t)(rB0 * 128 + (c << 2))) | (uint32_t)(g << 4);
     const uint64_t desc0 = sw128_desc(sbase);
+    // DEC: this thread's B items (see DITEMS): their raw-read offsets in a stage, and their hi/lo store addresses in
+    // slot 0 of the warpgroup's own ring (bits 4-6: the row's swizzle xor the item's half; the float e of the item
+    // is xor-ed in as e << 4, slot s adds s * SLOT, a multiple of 1024).  Items past the tile's BN rows read row
+    // BN - 1 and store nothing.
+    const int wtid = tid & 127;
+    const uint32_t slot_wg = DEC ? (uint32_t)(wg * NSLOT * SLOT) : 0u;
+    uint32_t d_rd[DEC ? DPER : 1], d_st[DEC ? DPER : 1];
+    bool d_on[DEC ? DPER : 1];
+#pragma unroll
+    for (int u = 0; u < (DEC ? DPER : 1); ++u) {
+        const int itm = wtid + 128 * u;
+        const int r = min(itm >> 3, BN - 1), cb = itm & 3, hb = (itm >> 2) & 1;
+        d_on[u] = itm < DITEMS;
+        d_rd[u] = (uint32_t)(RAW_A + r * 128 + (((2 * cb + hb) ^ (r & 7)) << 4));
+        d_st[u] = ((sbase + slot_wg + (uint32_t)(r * 128 + (cb << 2))) | (uint32_t)((r & 7) << 4)) ^ (uint32_t)(hb << 6);
+    }
     int rd_kt = 0, rd_part = 0, rd_tile = t_begin, rd_slot = 0;
     V3_PHASE_DECL
     for (int it0 = 0; it0 < total; it0 += NSTG) {
@@ -1033,6 +1077,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
         for (int s = 0; s < NSTG; ++s) {
             if (it0 + s < total) {
                 Stage<KH, BPER> tst;  // TMA: this iteration's pieces, read back from raw stage s
+                float4 db[DEC ? DPER : 1];  // DEC: this thread's B items
                 if constexpr (TMA) {
                     const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / NSTG) & 1u;
                     while (!mbar_try(bar, par)) {  // unbounded (see the notes' next steps: bound it as cross_entropy's)
@@ -1047,9 +1092,15 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                         const uint32_t cof = (uint32_t)(((2 * c + v) ^ g) << 4);
                         tst.x[v] = lds4(ra + (uint32_t)(rl * 128) + cof);
                         tst.y[v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
+                        if constexpr (!DEC) {
 #pragma unroll
-                        for (int u = 0; u < BPER; ++u)  // items past the tile's BN rows read row BN-1 (never stored)
-                            tst.b[u][v] = lds4(ra + (uint32_t)(RAW_A + min(rB0 + (NT / 4) * u, BN - 1) * 128) + cof);
+                            for (int u = 0; u < BPER; ++u)  // items past the tile's BN rows read row BN-1 (never stored)
+                                tst.b[u][v] = lds4(ra + (uint32_t)(RAW_A + min(rB0 + (NT / 4) * u, BN - 1) * 128) + cof);
+                        }
+                    }
+                    if constexpr (DEC) {
+#pragma unroll
+                        for (int u = 0; u < DPER; ++u) db[u] = lds4(ra + d_rd[u]);
                     }
                 }
                 Stage<KH, BPER>& st = TMA ? tst : stg[TMA ? 0 : s];
@@ -1069,8 +1120,23 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                 const int slot = TMA ? s : rd_slot;
                 const uint32_t bst = b_st0 + (uint32_t)(slot * SLOT);
                 const uint32_t cbase = (uint32_t)(rd_part * 4 * NV);  // first chunk index i of this part
+                if constexpr (DEC) {
 #pragma unroll
-                for (int u = 0; u < BPER; ++u) {
+                    for (int u = 0; u < DPER; ++u) {
+                        const uint32_t a0 = d_st[u] + (uint32_t)(slot * SLOT);
+                        const float xs[4] = {db[u].x, db[u].y, db[u].z, db[u].w};
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            uint32_t hi, lo;
+                            split_tf32_rn(__float_as_uint(xs[e]), hi, lo);
+                            const uint32_t a = a0 ^ ((uint32_t)e << 4);
+                            st_smem_u32_if(a, hi, d_on[u]);
+                            st_smem_u32_if(a + BUF, lo, d_on[u]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < (DEC ? 0 : BPER); ++u) {
                     // items past the tile's BN rows (only when BN*4 is not a multiple of NT) store nothing
                     const bool on = BITEMS % NT == 0 || u + 1 < BPER || tid + NT * u < BITEMS;
                     const uint32_t rowaddr = bst + (uint32_t)(u * (NT / 4) * 128);
@@ -1090,17 +1156,27 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
 #ifndef INFONCE_V3_NO_PROXY_FENCE
                 fence_proxy_async_smem();
 #endif
-                __syncthreads();
+                if constexpr (DEC)
+                    bar_sync_named(1 + wg, 128);  // this warpgroup only
+                else
+                    __syncthreads();
                 V3_STAMP(2, it0 + s == 0);  // first k-tile split and stored by every thread
                 V3_PHASE(2);  // proxy fence and barrier
-                // TMA: every thread has read raw stage s (before the barrier): refill it for iteration it + PD
+                // TMA: every thread has read raw stage s (before the barrier): refill it for iteration it + PD.  DEC:
+                // the barrier covers one warpgroup; the second warpgroup to get here (odd count) refills.
                 if constexpr (TMA) {
-                    if (it0 + s + PD < total) tma_issue(s);
+                    bool issue = tid == INFONCE_V3_TMA_TID;
+                    if constexpr (DEC) {
+                        unsigned done = 0u;
+                        if (wtid == 0) done = atom_add_shared_acq_rel(smem_u32(&s_done[s]), 1u);
+                        issue = wtid == 0 && (done & 1u) != 0u;
+                    }
+                    if (it0 + s + PD < total) tma_issue(s, issue);
                 }
                 V3_PHASE(6);  // TMA refill (thread 0)
                 // 4. KH k8-steps x 3 products
                 const int first = rd_kt == 0 && rd_part == 0;
-                const uint64_t dh = desc0 + (uint64_t)((slot * SLOT) >> 4) + (uint64_t)(2 * KH * rd_part);
+                const uint64_t dh = desc0 + (uint64_t)((slot_wg + (uint32_t)(slot * SLOT)) >> 4) + (uint64_t)(2 * KH * rd_part);
                 const uint64_t dl = dh + (uint64_t)(BUF >> 4);
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
@@ -1157,6 +1233,7 @@ struct WgVariant {
     const char* name;
     int wgs, bn, pd, kh;  // warpgroups per CTA, tile N, prefetch depth (iterations; TMA: raw stages), k8-steps/iteration
     bool tma;             // raw tiles by tensor-map copies (else per-thread loads to registers)
+    bool dec;             // decoupled warpgroups (each its own hi/lo B slots and barrier)
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
@@ -1167,23 +1244,23 @@ struct WgVariant {
 // (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles) to time them; the extension does not compile
 // them.  All of them compile without register spills (ptxas -v), and without ptxas's "wgmma serialized" warning.
 static const WgVariant kWgVariants[] = {
-    {"tma_n40_s4", 2, 40, 4, 4, true, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
-    {"tma_n128_s3", 2, 128, 3, 4, true, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
+    {"dec_n40_s4", 2, 40, 4, 4, true, true, infonce_wgmma_kernel<2, 40, 4, 4, true, true>, 0.85, true},
+    {"tma_n128_s3", 2, 128, 3, 4, true, false, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
-    {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
-    {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
-    {"tma_n40_s3", 2, 40, 3, 4, true, infonce_wgmma_kernel<2, 40, 3, 4, true>, 0.85, false},
-    {"tma_n40_s6", 2, 40, 6, 4, true, infonce_wgmma_kernel<2, 40, 6, 4, true>, 0.85, false},
-    {"tma_n80_s4", 2, 80, 4, 4, true, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
-    {"wg2_n40_pd2_k4", 2, 40, 2, 4, false, infonce_wgmma_kernel<2, 40, 2, 4, false>, 0.85, false},
-    {"wg1_n40_pd4_k2", 1, 40, 4, 2, false, infonce_wgmma_kernel<1, 40, 4, 2, false>, 0.85, false},
+    {"tma_n40_s4", 2, 40, 4, 4, true, false, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, false},
+    {"dec_n40_s5", 2, 40, 5, 4, true, true, infonce_wgmma_kernel<2, 40, 5, 4, true, true>, 0.85, false},
+    {"dec_n40_s3", 2, 40, 3, 4, true, true, infonce_wgmma_kernel<2, 40, 3, 4, true, true>, 0.85, false},
+    {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, false, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
+    {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, false, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
+    {"tma_n80_s4", 2, 80, 4, 4, true, false, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
+    {"dec_n80_s3", 2, 80, 3, 4, true, true, infonce_wgmma_kernel<2, 80, 3, 4, true, true>, 0.95, false},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
 
 // hi/lo B ring (3 slots; TMA: one per stage), TMA raw stages (A and B tiles of 32 floats per row), 1 KB of alignment slack.
 inline int wg_smem_bytes(const WgVariant& v) {
-    return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
+    return (v.tma ? v.pd : 3) * 2 * v.bn * 128 * (v.dec ? 2 : 1) + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
 }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
