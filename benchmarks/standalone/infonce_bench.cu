@@ -16,6 +16,7 @@
 //                v3 auto over D (fixed cost vs K loop)
 //     time_big   4096x1024 N=65536: fast.py, v3 auto and the wide variants (timing); v3 vs fast.py loss, and
 //                4 rows' losses against a float64 CPU reference
+//     one        (only when named) five flushed seed-shape calls of one variant (INFONCE_ONE_VARIANT=name), for ncu
 //     probe      (only when named; not in the default run) seed shape: flushed / warm / back-to-back times of
 //                fast.py and v3 at several split counts; with -DINFONCE_V3_STAMPS, per-CTA %globaltimer stamps and
 //                thread 0's K-loop clocks per phase (INFONCE_PROBE_VARIANT=name stamps that variant).  build.sh also
@@ -458,7 +459,7 @@ static int group_correct() {
         if (infonce_v3::can_vec4(P.q, P.p, P.n, P.D)) {
             for (int vi = 0; vi < infonce_v3::kNumWgVariants; ++vi) {
                 runs.push_back({std::string("v3 var ") + std::to_string(vi), v3_plan(P, infonce_v3::MODE_WGMMA, vi, 0)});
-                if ((vi < 2 || infonce_v3::kWgVariants[vi].dec) && c.N > 2 * infonce_v3::kWgVariants[vi].bn)  // several n-tiles per CTA
+                if ((vi < 2 || infonce_v3::kWgVariants[vi].kind != 0) && c.N > 2 * infonce_v3::kWgVariants[vi].bn)  // several n-tiles per CTA
                     runs.push_back({std::string("v3 var ") + std::to_string(vi) + " S=2",
                                     v3_plan(P, infonce_v3::MODE_WGMMA, vi, 2)});
             }
@@ -740,8 +741,32 @@ static int group_probe() {
     return fails;
 }
 
+// ------------------------------------------------------------------------------------------------ one
+// For a profiler (ncu -k regex:infonce_wgmma --launch-skip 2 --launch-count 1): the seed shape, five flushed calls of
+// the variant INFONCE_ONE_VARIANT names (default: the automatic plan).
+static int group_one() {
+    DevProblem P;
+    const double ref = upload_seed(P);
+    int vi = -1;
+    if (const char* want = getenv("INFONCE_ONE_VARIANT"))
+        for (int i = 0; i < infonce_v3::kNumWgVariants; ++i)
+            if (strcmp(infonce_v3::kWgVariants[i].name, want) == 0) vi = i;
+    const Plan pl = v3_plan(P, vi < 0 ? infonce_v3::MODE_AUTO : infonce_v3::MODE_WGMMA, vi, 0);
+    for (int i = 0; i < 5; ++i) {
+        CK(cudaMemsetAsync(g_flush, i & 0xff, kFlushBytes));
+        check_launch(v3_launch(P, pl), "one");
+        sync_or_die("one", 50.0);
+    }
+    double rel;
+    const bool ok = loss_ok(P.read_out(), ref, &rel);
+    printf("one: %s rel_err %.1e %s\n", plan_str(pl).c_str(), rel, ok ? "PASS" : "FAIL");
+    P.release();
+    return ok ? 0 : 1;
+}
+
 // ------------------------------------------------------------------------------------------------ driver
 static int run_group(const std::string& g) {
+    if (g == "one") return group_one();
     if (g.rfind("gemm:", 0) == 0) return group_gemm(atoi(g.c_str() + 5));
     if (g == "correct") return group_correct();
     if (g == "time_seed") return group_time_seed();
@@ -754,7 +779,7 @@ static int run_group(const std::string& g) {
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     if (argc > 1) {
-        alarm(55);  // a group that runs away is killed (the driver counts it as a failure)
+        alarm(strcmp(argv[1], "one") == 0 ? 300 : 55);  // a group that runs away is killed (a profiler needs longer)
         cudaDeviceProp prop;
         CK(cudaGetDeviceProperties(&prop, 0));
         g_sms = prop.multiProcessorCount;

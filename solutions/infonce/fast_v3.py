@@ -560,6 +560,9 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
     uint32_t done;
     asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
@@ -897,7 +900,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     constexpr int BPER = (BITEMS + NT - 1) / NT;
     constexpr int NSTG = PD;  // stage of iteration it is refilled for it + PD right after its own split
     constexpr int RAW_A = BM * 128, RAW_B = BN * 128;  // TMA: bytes of one stage's raw A and B tiles
-    static_assert(!TMA || (KH == 4 && WGS == 2), "TMA path: whole k-tiles, two warpgroups");
+    static_assert(!TMA || KH == 4, "TMA path: whole k-tiles");
     constexpr int NPART = 4 / KH;  // iterations per k-tile
     constexpr int NV = KH / 2;     // float4 per row per iteration
     constexpr int PFK = 6;         // L2 prefetch distance, k-tiles
@@ -1224,16 +1227,361 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
 }
 
 
+// ILV (eleventh session): the TMA kernel's K loop software-pipelined.  The serial order of the kernel above (split
+// k-tile it, barrier, issue its 12 wgmma, whose issue stalls about as long as the batch runs) leaves the tensor cores
+// idle during every split.  Here iteration it issues k-tile it's wgmma one k8-step (3 wgmma) at a time and, after
+// each, splits the same quarter of k-tile it + 1 (A into the other of two register sets, B into the next hi/lo slot),
+// so the split's instructions run while the tensor cores work.  One barrier per k-tile, as before.  Same products
+// in the same order per k8-step as the kernel above: the loss is bit-identical.
+// Ordering: A set (it + 1) & 1 was read by batch it - 1, retired by wait_group 1 after iteration it's first commit
+// and before the first write of that set; hi/lo slot (it + 1) % PD was last read by batch it + 1 - PD (PD >= 2),
+// retired an iteration earlier; raw stage (it + 1) % PD is read at the start of iteration it and refilled (for
+// it + 1 + PD) after that iteration's barrier.
+template <int BN, int PD>
+__global__ void __launch_bounds__(256, 1)
+    infonce_wgmma_ilv_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                             const WgParams P) {
+    constexpr int NT = 256, BM = 128, NACC = BN / 2;
+    constexpr int BUF = BN * 128, SLOT = 2 * BUF;  // hi then lo, one slot per raw stage
+    constexpr int RAW_A = BM * 128, RAW_B = BN * 128, RAW = RAW_A + RAW_B;
+    constexpr int BITEMS = BN * 4, BPER = (BITEMS + NT - 1) / NT;  // (row, 8-float chunk) items of a k-tile
+    static_assert(PD >= 2 && PD % 2 == 0, "the A register set alternates with the iteration; the loop is unrolled by PD");
+    static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ double s_wsum[NT / 32];
+    __shared__ int s_flag;
+    __shared__ alignas(8) unsigned long long s_full[PD];
+
+    V3_STAMP(0, true);  // entry
+    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
+    const int B = P.B, D = P.D, N = P.N, S = P.S;
+    const int m_tiles = (B + BM - 1) / BM;
+    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;
+    const int row0 = mt * BM;
+    const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // 32-bit, warp-uniform (see the kernel above)
+    const int t_begin = split * t_q + min(split, t_r);
+    const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
+    const int KT = (D + 31) / 32;
+    const int total = (t_end - t_begin) * KT;
+    const int rA = row0 + 64 * wg + 16 * wq + g;
+    const int rB0 = tid >> 2;
+
+    const uint32_t raw0 = sbase + (uint32_t)(PD * SLOT), full0 = smem_u32(&s_full[0]);
+    int ld_kt = 0, ld_tile = t_begin;  // TMA cursor (every thread advances it; thread 0 issues)
+    auto tma_issue = [&](int stage) {
+        const uint32_t dst = raw0 + (uint32_t)(stage * RAW), bar = full0 + 8u * (uint32_t)stage;
+        if (tid == INFONCE_V3_TMA_TID) {
+            mbar_arrive_expect_tx(bar, (uint32_t)RAW);
+            tma_load_2d(dst, &tmA, ld_kt * 32, row0, bar);
+            tma_load_2d(dst + RAW_A, &tmB, ld_kt * 32, ld_tile * BN, bar);
+        }
+        if (++ld_kt == KT) ld_kt = 0, ++ld_tile;
+    };
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < PD; ++s) mbar_init(full0 + 8u * (uint32_t)s, 1u);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < PD; ++s)
+        if (s < total) tma_issue(s);
+    positive_cosines(P, row0, BM, split, warp, NT / 32, lane);
+    V3_STAMP(1, true);  // prologue done
+
+    float acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+    float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
+    const uint32_t b_st0 = (sbase + (uint32_t)(rB0 * 128 + (c << 2))) | (uint32_t)(g << 4);  // as the kernel above
+    const uint64_t desc0 = sw128_desc(sbase);
+    const int rl = 64 * wg + 16 * wq + g;  // this thread's A rows in the raw tile: rl, rl + 8 (both have r & 7 == g)
+
+    // This thread's raw pieces of a k-tile (stage s): A rows rl, rl + 8 and its B items, floats 8c .. 8c + 7.
+    float4 x[2], y[2], bv[BPER][2];
+    auto read_raw = [&](int s) {
+        const uint32_t ra = raw0 + (uint32_t)(s * RAW);
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+            const uint32_t cof = (uint32_t)(((2 * c + v) ^ g) << 4);
+            x[v] = lds4(ra + (uint32_t)(rl * 128) + cof);
+            y[v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
+#pragma unroll
+            for (int u = 0; u < BPER; ++u)  // items past the tile's BN rows read row BN-1 (never stored)
+                bv[u][v] = lds4(ra + (uint32_t)(RAW_A + min(rB0 + (NT / 4) * u, BN - 1) * 128) + cof);
+        }
+    };
+    uint32_t ahi[2][16], alo[2][16];  // A fragments of two k-tiles (register sets by iteration parity)
+    // Quarter l (k8-step l) of the k-tile in x, y, bv: A floats 2l, 2l + 1 of both rows into set `set` (wgmma order
+    // as the kernel above), B floats 2l, 2l + 1 of each item, hi and lo, into the slot at bst.
+    auto split_quarter = [&](int set, int l, uint32_t bst) {
+        const float4& xa = x[l >> 1];
+        const float4& ya = y[l >> 1];
+        split_tf32_rn(__float_as_uint((l & 1) ? xa.z : xa.x), ahi[set][4 * l + 0], alo[set][4 * l + 0]);
+        split_tf32_rn(__float_as_uint((l & 1) ? ya.z : ya.x), ahi[set][4 * l + 1], alo[set][4 * l + 1]);
+        split_tf32_rn(__float_as_uint((l & 1) ? xa.w : xa.y), ahi[set][4 * l + 2], alo[set][4 * l + 2]);
+        split_tf32_rn(__float_as_uint((l & 1) ? ya.w : ya.y), ahi[set][4 * l + 3], alo[set][4 * l + 3]);
+#pragma unroll
+        for (int u = 0; u < BPER; ++u) {
+            const bool on = BITEMS % NT == 0 || u + 1 < BPER || tid + NT * u < BITEMS;
+            const uint32_t rowaddr = bst + (uint32_t)(u * (NT / 4) * 128);
+#pragma unroll
+            for (int e = 2 * l; e < 2 * l + 2; ++e) {
+                const float4& b4 = bv[u][e >> 2];
+                const float xe = (e & 3) == 0 ? b4.x : (e & 3) == 1 ? b4.y : (e & 3) == 2 ? b4.z : b4.w;
+                uint32_t hi, lo;
+                split_tf32_rn(__float_as_uint(xe), hi, lo);
+                const uint32_t a = rowaddr ^ ((uint32_t)e << 4);
+                st_smem_u32_if(a, hi, on);
+                st_smem_u32_if(a + BUF, lo, on);
+            }
+        }
+    };
+    auto wait_raw = [&](int s, uint32_t par) {
+        while (!mbar_try(full0 + 8u * (uint32_t)s, par)) {  // unbounded, as the kernel above
+        }
+    };
+
+    // Prologue: k-tile 0 split whole into set 0 and slot 0, then raw stage 0 refilled for iteration PD.
+    wait_raw(0, 0u);
+    read_raw(0);
+#pragma unroll
+    for (int l = 0; l < 4; ++l) split_quarter(0, l, b_st0);
+    fence_proxy_async_smem();
+    __syncthreads();
+    V3_STAMP(2, true);  // first k-tile split and stored
+    if (PD < total) tma_issue(0);
+
+    int rd_kt = 0, rd_tile = t_begin;
+    for (int it0 = 0; it0 < total; it0 += PD) {
+#pragma unroll
+        for (int s = 0; s < PD; ++s) {
+            const int it = it0 + s;
+            if (it < total) {
+                const int set = s & 1, ns = (s + 1) % PD;
+                const bool has_next = it + 1 < total;
+                // k-tile it + 1's raw pieces (the last iteration reads a stale stage and splits it harmlessly)
+                if (has_next) wait_raw(ns, (uint32_t)((it0 / PD + (s + 1) / PD) & 1));
+                read_raw(ns);
+                const int first = rd_kt == 0;
+                const uint64_t dh = desc0 + (uint64_t)((s * SLOT) >> 4), dl = dh + (uint64_t)(BUF >> 4);
+                const uint32_t bst = b_st0 + (uint32_t)(ns * SLOT);
+#pragma unroll
+                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                wg_fence();
+#pragma unroll
+                for (int l = 0; l < 4; ++l) {
+                    const uint64_t o = (uint64_t)(2 * l);  // 32 bytes per k8-step, in 16-byte units
+                    Wgmma<BN>::mma(acc, alo[set][4 * l], alo[set][4 * l + 1], alo[set][4 * l + 2], alo[set][4 * l + 3],
+                                   dh + o, (first && l == 0) ? 0 : 1);
+                    Wgmma<BN>::mma(acc, ahi[set][4 * l], ahi[set][4 * l + 1], ahi[set][4 * l + 2], ahi[set][4 * l + 3],
+                                   dl + o, 1);
+                    Wgmma<BN>::mma(acc, ahi[set][4 * l], ahi[set][4 * l + 1], ahi[set][4 * l + 2], ahi[set][4 * l + 3],
+                                   dh + o, 1);
+                    if (l == 0) {
+                        wg_commit();
+                        wg_wait<1>();  // batch it - 1 is done: set `set ^ 1` may be rewritten
+                    }
+                    split_quarter(set ^ 1, l, bst);
+                }
+                wg_commit();
+                fence_proxy_async_smem();
+                __syncthreads();
+                if (has_next && it + 1 + PD < total) tma_issue(ns);  // raw stage ns was read above by every thread
+                if (++rd_kt == KT) {
+                    wg_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                    fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
+                    rd_kt = 0;
+                    ++rd_tile;
+                }
+            }
+        }
+    }
+    wg_wait<0>();
+    V3_STAMP(3, true);  // K loop and last fold done
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
+}
+
+// PROD (eleventh session): the TMA kernel with a producer warpgroup.  Thread 0 of the kernel above spends about 240
+// clocks per k-tile issuing the copies while the other warps wait for it at the next wgmma (a warpgroup-wide
+// instruction), and every CTA computes its positive cosines from cold memory before its first k-tile.  Here warpgroup
+// 2 (warps 8-11) issues every copy (thread 256; it waits on a per-stage "empty" mbarrier that consumer thread 0
+// arrives on after each k-tile's barrier) and computes the cosines after its last copy, while the consumers finish
+// their last k-tiles.  The consumers (warps 0-7) run the kernel above's loop (the same products in the same order:
+// bit-identical loss) with a named barrier for their 256 threads.  Registers: 384 threads leave 168 per thread at
+// entry (three warps share each sub-partition's 16K registers); setmaxnreg gives the consumers 232 and the producer
+// 48, and both return to 168 for the common end (finish_cta).
+template <int BN, int PD>
+__global__ void __launch_bounds__(384, 1)
+    infonce_wgmma_prod_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                              const WgParams P) {
+    constexpr int NC = 256, NT = NC + 128, BM = 128, NACC = BN / 2;
+    constexpr int BUF = BN * 128, SLOT = 2 * BUF;  // hi then lo, one slot per raw stage
+    constexpr int RAW_A = BM * 128, RAW_B = BN * 128, RAW = RAW_A + RAW_B;
+    constexpr int BITEMS = BN * 4, BPER = (BITEMS + NC - 1) / NC;  // (row, 8-float chunk) items of a k-tile
+    static_assert(PD >= 3, "hi/lo slot it % PD was last read by batch it - PD (see the kernel above)");
+    static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ double s_wsum[NT / 32];
+    __shared__ int s_flag;
+    __shared__ alignas(8) unsigned long long s_full[PD], s_empty[PD];
+
+    V3_STAMP(0, true);  // entry
+    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
+    const int B = P.B, D = P.D, S = P.S;
+    const int m_tiles = (B + BM - 1) / BM;
+    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;
+    const int row0 = mt * BM;
+    const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // 32-bit, warp-uniform (see the kernel above)
+    const int t_begin = split * t_q + min(split, t_r);
+    const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
+    const int KT = (D + 31) / 32;
+    const int total = (t_end - t_begin) * KT;
+    const uint32_t raw0 = sbase + (uint32_t)(PD * SLOT), full0 = smem_u32(&s_full[0]), empty0 = smem_u32(&s_empty[0]);
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < PD; ++s) {
+            mbar_init(full0 + 8u * (uint32_t)s, 1u);
+            mbar_init(empty0 + 8u * (uint32_t)s, 1u);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
+    const int rA = row0 + 64 * wg + 16 * wq + g;  // consumers: this thread's A rows rA, rA + 8
+    if (warp >= NC / 32) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 48;\n" ::: "memory");
+        // Producer: every copy of the CTA, in iteration order, PD stages ahead of the consumers.
+        if (tid == NC) {
+            int kt = 0, tile = t_begin;
+#pragma unroll 1
+            for (int it = 0; it < total; ++it) {
+                const int s = it % PD;
+                if (it >= PD)
+                    while (!mbar_try(empty0 + 8u * (uint32_t)s, (uint32_t)((it / PD - 1) & 1))) {  // unbounded
+                    }
+                const uint32_t dst = raw0 + (uint32_t)(s * RAW), bar = full0 + 8u * (uint32_t)s;
+                mbar_arrive_expect_tx(bar, (uint32_t)RAW);
+                tma_load_2d(dst, &tmA, kt * 32, row0, bar);
+                tma_load_2d(dst + RAW_A, &tmB, kt * 32, tile * BN, bar);
+                if (++kt == KT) kt = 0, ++tile;
+            }
+        }
+        __syncwarp();
+        // Positive term for this m-tile's rows with row % S == split, off the consumers' path.
+        positive_cosines(P, row0, BM, split, warp - NC / 32, 4, lane);
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 168;\n" ::: "memory");
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        V3_STAMP(1, true);  // prologue done
+        float acc[NACC];
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+        const int rB0 = tid >> 2;
+        const uint32_t b_st0 = (sbase + (uint32_t)(rB0 * 128 + (c << 2))) | (uint32_t)(g << 4);  // as above
+        const uint64_t desc0 = sw128_desc(sbase);
+        const int rl = 64 * wg + 16 * wq + g;  // A rows in the raw tile: rl, rl + 8 (both have r & 7 == g)
+        int rd_kt = 0, rd_tile = t_begin;
+        for (int it0 = 0; it0 < total; it0 += PD) {
+#pragma unroll
+            for (int s = 0; s < PD; ++s) {
+                if (it0 + s < total) {
+                    while (!mbar_try(full0 + 8u * (uint32_t)s, (uint32_t)((it0 / PD) & 1))) {  // unbounded
+                    }
+                    const uint32_t ra = raw0 + (uint32_t)(s * RAW);
+                    float4 x[2], y[2], bv[BPER][2];
+#pragma unroll
+                    for (int v = 0; v < 2; ++v) {
+                        const uint32_t cof = (uint32_t)(((2 * c + v) ^ g) << 4);
+                        x[v] = lds4(ra + (uint32_t)(rl * 128) + cof);
+                        y[v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
+#pragma unroll
+                        for (int u = 0; u < BPER; ++u)  // items past the tile's BN rows read row BN-1 (never stored)
+                            bv[u][v] = lds4(ra + (uint32_t)(RAW_A + min(rB0 + (NC / 4) * u, BN - 1) * 128) + cof);
+                    }
+                    uint32_t ahi[16], alo[16];
+#pragma unroll
+                    for (int l = 0; l < 4; ++l) {
+                        const float4& xa = x[l >> 1];
+                        const float4& ya = y[l >> 1];
+                        split_tf32_rn(__float_as_uint((l & 1) ? xa.z : xa.x), ahi[4 * l + 0], alo[4 * l + 0]);
+                        split_tf32_rn(__float_as_uint((l & 1) ? ya.z : ya.x), ahi[4 * l + 1], alo[4 * l + 1]);
+                        split_tf32_rn(__float_as_uint((l & 1) ? xa.w : xa.y), ahi[4 * l + 2], alo[4 * l + 2]);
+                        split_tf32_rn(__float_as_uint((l & 1) ? ya.w : ya.y), ahi[4 * l + 3], alo[4 * l + 3]);
+                    }
+                    const uint32_t bst = b_st0 + (uint32_t)(s * SLOT);
+#pragma unroll
+                    for (int u = 0; u < BPER; ++u) {
+                        const bool on = BITEMS % NC == 0 || u + 1 < BPER || tid + NC * u < BITEMS;
+                        const uint32_t rowaddr = bst + (uint32_t)(u * (NC / 4) * 128);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) {
+                            const float4& b4 = bv[u][e >> 2];
+                            const float xe = (e & 3) == 0 ? b4.x : (e & 3) == 1 ? b4.y : (e & 3) == 2 ? b4.z : b4.w;
+                            uint32_t hi, lo;
+                            split_tf32_rn(__float_as_uint(xe), hi, lo);
+                            const uint32_t a = rowaddr ^ ((uint32_t)e << 4);
+                            st_smem_u32_if(a, hi, on);
+                            st_smem_u32_if(a + BUF, lo, on);
+                        }
+                    }
+                    fence_proxy_async_smem();
+                    bar_sync_named(1, NC);  // the consumers only
+                    V3_STAMP(2, it0 + s == 0);  // first k-tile split and stored
+                    if (tid == 0) mbar_arrive(empty0 + 8u * (uint32_t)s);  // every consumer has read raw stage s
+                    const int first = rd_kt == 0;
+                    const uint64_t dh = desc0 + (uint64_t)((s * SLOT) >> 4), dl = dh + (uint64_t)(BUF >> 4);
+#pragma unroll
+                    for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                    wg_fence();
+#pragma unroll
+                    for (int l = 0; l < 4; ++l) {
+                        const uint64_t o = (uint64_t)(2 * l);
+                        Wgmma<BN>::mma(acc, alo[4 * l], alo[4 * l + 1], alo[4 * l + 2], alo[4 * l + 3], dh + o,
+                                       (first && l == 0) ? 0 : 1);
+                        Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dl + o, 1);
+                        Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh + o, 1);
+                    }
+                    wg_commit();
+                    wg_wait<1>();
+#pragma unroll
+                    for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                    if (++rd_kt == KT) {
+                        wg_wait<0>();
+#pragma unroll
+                        for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                        fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
+                        rd_kt = 0;
+                        ++rd_tile;
+                    }
+                }
+            }
+        }
+        wg_wait<0>();
+        V3_STAMP(3, true);  // K loop and last fold done
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 168;\n" ::: "memory");
+    }
+    finish_cta<NT>(P, run_m, run_s, rA, warp < NC / 32 && c == 0, split, s_wsum, &s_flag);
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // Host side (CUDA runtime only): tile variants, the plan (path, variant, split count, workspace layout), launch.
 // ------------------------------------------------------------------------------------------------------------
 typedef void (*WgKernel)(const CUtensorMap, const CUtensorMap, const WgParams);
+enum WgKind { WG_PLAIN = 0, WG_DEC = 1, WG_ILV = 2, WG_PROD = 3 };
 
 struct WgVariant {
     const char* name;
     int wgs, bn, pd, kh;  // warpgroups per CTA, tile N, prefetch depth (iterations; TMA: raw stages), k8-steps/iteration
     bool tma;             // raw tiles by tensor-map copies (else per-thread loads to registers)
-    bool dec;             // decoupled warpgroups (each its own hi/lo B slots and barrier)
+    int kind;             // WG_PLAIN, WG_DEC (decoupled warpgroups), WG_ILV (interleaved loop), WG_PROD (producer warp)
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
@@ -1244,23 +1592,31 @@ struct WgVariant {
 // (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles) to time them; the extension does not compile
 // them.  All of them compile without register spills (ptxas -v), and without ptxas's "wgmma serialized" warning.
 static const WgVariant kWgVariants[] = {
-    {"dec_n40_s4", 2, 40, 4, 4, true, true, infonce_wgmma_kernel<2, 40, 4, 4, true, true>, 0.85, true},
-    {"tma_n128_s3", 2, 128, 3, 4, true, false, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
+    {"prod_n40_s4", 2, 40, 4, 4, true, WG_PROD, infonce_wgmma_prod_kernel<40, 4>, 0.85, true},
+    {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
-    {"tma_n40_s4", 2, 40, 4, 4, true, false, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, false},
-    {"dec_n40_s5", 2, 40, 5, 4, true, true, infonce_wgmma_kernel<2, 40, 5, 4, true, true>, 0.85, false},
-    {"dec_n40_s3", 2, 40, 3, 4, true, true, infonce_wgmma_kernel<2, 40, 3, 4, true, true>, 0.85, false},
-    {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, false, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
-    {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, false, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
-    {"tma_n80_s4", 2, 80, 4, 4, true, false, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
-    {"dec_n80_s3", 2, 80, 3, 4, true, true, infonce_wgmma_kernel<2, 80, 3, 4, true, true>, 0.95, false},
+    {"tma_n40_s4", 2, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, false},
+    {"prod_n128_s3", 2, 128, 3, 4, true, WG_PROD, infonce_wgmma_prod_kernel<128, 3>, 1.00, false},
+    {"tma1_n40_s4", 1, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<1, 40, 4, 4, true>, 0.85, false},
+    {"tma1_n40_s3", 1, 40, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<1, 40, 3, 4, true>, 0.85, false},
+    {"ilv_n40_s4", 2, 40, 4, 4, true, WG_ILV, infonce_wgmma_ilv_kernel<40, 4>, 0.85, false},
+    {"ilv_n128_s2", 2, 128, 2, 4, true, WG_ILV, infonce_wgmma_ilv_kernel<128, 2>, 1.00, false},
+    {"ilv_n80_s4", 2, 80, 4, 4, true, WG_ILV, infonce_wgmma_ilv_kernel<80, 4>, 0.95, false},
+    {"dec_n40_s4", 2, 40, 4, 4, true, WG_DEC, infonce_wgmma_kernel<2, 40, 4, 4, true, true>, 0.85, false},
+    {"dec_n40_s5", 2, 40, 5, 4, true, WG_DEC, infonce_wgmma_kernel<2, 40, 5, 4, true, true>, 0.85, false},
+    {"dec_n40_s3", 2, 40, 3, 4, true, WG_DEC, infonce_wgmma_kernel<2, 40, 3, 4, true, true>, 0.85, false},
+    {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, WG_PLAIN, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
+    {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, WG_PLAIN, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
+    {"tma_n80_s4", 2, 80, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
+    {"dec_n80_s3", 2, 80, 3, 4, true, WG_DEC, infonce_wgmma_kernel<2, 80, 3, 4, true, true>, 0.95, false},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
 
 // hi/lo B ring (3 slots; TMA: one per stage), TMA raw stages (A and B tiles of 32 floats per row), 1 KB of alignment slack.
 inline int wg_smem_bytes(const WgVariant& v) {
-    return (v.tma ? v.pd : 3) * 2 * v.bn * 128 * (v.dec ? 2 : 1) + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
+    return (v.tma ? v.pd : 3) * 2 * v.bn * 128 * (v.kind == WG_DEC ? 2 : 1) + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) +
+           1024;
 }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
@@ -1348,7 +1704,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.path = 0;
         pl.m_tiles = (B + 64 * v.wgs - 1) / (64 * v.wgs);
         pl.n_tiles = (N + v.bn - 1) / v.bn;
-        pl.threads = 128 * v.wgs;
+        pl.threads = 128 * v.wgs + (v.kind == WG_PROD ? 128 : 0);
         pl.smem = wg_smem_bytes(v);
         pl.counters = 1;
     } else {
