@@ -507,11 +507,6 @@ __device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r):
 __device__ __forceinline__ void st_smem_u32(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
-__device__ __forceinline__ unsigned atom_add_shared_acq_rel(uint32_t addr, unsigned v) {
-    unsigned old;
-    asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], %2;\n" : "=r"(old) : "r"(addr), "r"(v) : "memory");
-    return old;
-}
 // Barrier `id` (1..15; 0 is __syncthreads's) for `count` threads of the CTA, e.g. one warpgroup.
 __device__ __forceinline__ void bar_sync_named(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -788,8 +783,10 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
 }
 
 // The end of the wgmma kernel: write this CTA's per-row (max, sum) partials; the last CTA of the grid (one
-// acq_rel ticket) merges every row and writes the mean loss.  NT = threads per CTA (all of them take part).
-template <int NT>
+// acq_rel ticket) merges every row and writes the mean loss.  NT = threads per CTA (all of them take part in the
+// barriers).  Threads tid < NM merge the rows; MERGES = false compiles a copy without the merge loop (for the
+// producer warpgroup of the PROD kernel, whose copy runs under its own small register budget).
+template <int NT, int NM = NT, bool MERGES = true>
 __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2], int rA,
                                            bool writer, int split, double* s_wsum, int* s_flag) {
     // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums (lane c == 0 of the quad writes).
@@ -835,7 +832,7 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
     constexpr int kMergeChunk = 32;
     double tloss = 0.0;
 #pragma unroll 1
-    for (int row = tid; row < B; row += NT) {
+    for (int row = tid; MERGES && row < B; row += NM) {
         const double pv = __ldcg(P.pos + row);
         float m = -INFINITY, sum = 0.f;
 #pragma unroll 1
@@ -878,12 +875,7 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
 // tensor-map copies (128-byte swizzle, zeros outside the tensors); every thread reads its pieces back with 16-byte
 // shared loads.  No per-thread global loads, no loop-carried load registers (ninth session: the register path's
 // loads were consumed right after issue, by ptxas's moves, so each iteration waited for them).
-// DEC = true (TMA only): the two warpgroups run decoupled (eleventh session).  Each splits the whole B k-tile itself
-// into its own hi/lo slots and syncs only its own 128 threads (a named barrier) per k-tile, so one warpgroup's split
-// runs while the other's wgmma batch does (with one barrier for all 256 threads both split, then both wait on the
-// tensor cores, in series).  The raw stage is still shared: the second warpgroup to finish reading it (a shared
-// counter, no waiting) issues its refill.
-template <int WGS, int BN, int PD, int KH, bool TMA, bool DEC = false>
+template <int WGS, int BN, int PD, int KH, bool TMA>
 __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     infonce_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                          const WgParams P) {
@@ -908,18 +900,10 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
     static_assert((NT / 4) % 8 == 0, "a warp's B items must cover 8 consecutive rows");
     static_assert(PD >= 1, "prefetch depth");
-    static_assert(!DEC || (TMA && WGS == 2), "decoupled warpgroups: TMA path, two warpgroups");
-    constexpr int NSLOTS_ALL = DEC ? 2 * NSLOT : NSLOT;  // DEC: each warpgroup has its own ring of hi/lo slots
-    // DEC: B items of a warpgroup are (row, 4-float chunk) pairs, BN * 8 of them over its 128 threads: item it
-    // = wtid + 128 u has c_b = it & 3, h_b = (it >> 2) & 1, row it >> 3, physical floats 8 c_b + 4 h_b + 0..3.
-    // A warp's 32 items are 4 rows x 8 chunks: every raw read and every hi/lo store of a warp is conflict-free.
-    constexpr int DITEMS = BN * 8;
-    constexpr int DPER = (DITEMS + 127) / 128;
     extern __shared__ unsigned char smem_raw[];
     __shared__ double s_wsum[NT / 32];
     __shared__ int s_flag;
     __shared__ alignas(8) unsigned long long s_full[TMA ? PD : 1];  // TMA: one mbarrier per raw stage
-    __shared__ unsigned s_done[DEC ? PD : 1];  // DEC: warpgroups done with each raw stage (odd: the second one)
 
     V3_STAMP(0, true);  // entry
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
@@ -1010,7 +994,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     };
 
     Stage<KH, BPER> stg[TMA ? 1 : NSTG];
-    const uint32_t raw0 = sbase + (uint32_t)(NSLOTS_ALL * SLOT);  // TMA: raw stage s at raw0 + s * (RAW_A + RAW_B)
+    const uint32_t raw0 = sbase + (uint32_t)(NSLOT * SLOT);  // TMA: raw stage s at raw0 + s * (RAW_A + RAW_B)
     const uint32_t full0 = smem_u32(&s_full[0]);
     // TMA: the thread with `issue` fills raw stage `stage` with the loader cursor's k-tile (every thread advances the
     // cursor).
@@ -1027,8 +1011,6 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
         if (tid == 0) {
 #pragma unroll
             for (int s = 0; s < PD; ++s) mbar_init(full0 + 8u * (uint32_t)s, 1u);
-            if constexpr (DEC)
-                for (int s = 0; s < PD; ++s) s_done[s] = 0u;
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         __syncthreads();
@@ -1057,22 +1039,6 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     // zero, so after | (g << 4) the xor gives + ((i ^ g) << 4)).
     const uint32_t b_st0 = (sbase + (uint32_t)(rB0 * 128 + (c << 2))) | (uint32_t)(g << 4);
     const uint64_t desc0 = sw128_desc(sbase);
-    // DEC: this thread's B items (see DITEMS): their raw-read offsets in a stage, and their hi/lo store addresses in
-    // slot 0 of the warpgroup's own ring (bits 4-6: the row's swizzle xor the item's half; the float e of the item
-    // is xor-ed in as e << 4, slot s adds s * SLOT, a multiple of 1024).  Items past the tile's BN rows read row
-    // BN - 1 and store nothing.
-    const int wtid = tid & 127;
-    const uint32_t slot_wg = DEC ? (uint32_t)(wg * NSLOT * SLOT) : 0u;
-    uint32_t d_rd[DEC ? DPER : 1], d_st[DEC ? DPER : 1];
-    bool d_on[DEC ? DPER : 1];
-#pragma unroll
-    for (int u = 0; u < (DEC ? DPER : 1); ++u) {
-        const int itm = wtid + 128 * u;
-        const int r = min(itm >> 3, BN - 1), cb = itm & 3, hb = (itm >> 2) & 1;
-        d_on[u] = itm < DITEMS;
-        d_rd[u] = (uint32_t)(RAW_A + r * 128 + (((2 * cb + hb) ^ (r & 7)) << 4));
-        d_st[u] = ((sbase + slot_wg + (uint32_t)(r * 128 + (cb << 2))) | (uint32_t)((r & 7) << 4)) ^ (uint32_t)(hb << 6);
-    }
     int rd_kt = 0, rd_part = 0, rd_tile = t_begin, rd_slot = 0;
     V3_PHASE_DECL
     for (int it0 = 0; it0 < total; it0 += NSTG) {
@@ -1080,7 +1046,6 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
         for (int s = 0; s < NSTG; ++s) {
             if (it0 + s < total) {
                 Stage<KH, BPER> tst;  // TMA: this iteration's pieces, read back from raw stage s
-                float4 db[DEC ? DPER : 1];  // DEC: this thread's B items
                 if constexpr (TMA) {
                     const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / NSTG) & 1u;
                     while (!mbar_try(bar, par)) {  // unbounded (see the notes' next steps: bound it as cross_entropy's)
@@ -1095,15 +1060,9 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                         const uint32_t cof = (uint32_t)(((2 * c + v) ^ g) << 4);
                         tst.x[v] = lds4(ra + (uint32_t)(rl * 128) + cof);
                         tst.y[v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
-                        if constexpr (!DEC) {
 #pragma unroll
-                            for (int u = 0; u < BPER; ++u)  // items past the tile's BN rows read row BN-1 (never stored)
-                                tst.b[u][v] = lds4(ra + (uint32_t)(RAW_A + min(rB0 + (NT / 4) * u, BN - 1) * 128) + cof);
-                        }
-                    }
-                    if constexpr (DEC) {
-#pragma unroll
-                        for (int u = 0; u < DPER; ++u) db[u] = lds4(ra + d_rd[u]);
+                        for (int u = 0; u < BPER; ++u)  // items past the tile's BN rows read row BN-1 (never stored)
+                            tst.b[u][v] = lds4(ra + (uint32_t)(RAW_A + min(rB0 + (NT / 4) * u, BN - 1) * 128) + cof);
                     }
                 }
                 Stage<KH, BPER>& st = TMA ? tst : stg[TMA ? 0 : s];
@@ -1123,23 +1082,8 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                 const int slot = TMA ? s : rd_slot;
                 const uint32_t bst = b_st0 + (uint32_t)(slot * SLOT);
                 const uint32_t cbase = (uint32_t)(rd_part * 4 * NV);  // first chunk index i of this part
-                if constexpr (DEC) {
 #pragma unroll
-                    for (int u = 0; u < DPER; ++u) {
-                        const uint32_t a0 = d_st[u] + (uint32_t)(slot * SLOT);
-                        const float xs[4] = {db[u].x, db[u].y, db[u].z, db[u].w};
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            uint32_t hi, lo;
-                            split_tf32_rn(__float_as_uint(xs[e]), hi, lo);
-                            const uint32_t a = a0 ^ ((uint32_t)e << 4);
-                            st_smem_u32_if(a, hi, d_on[u]);
-                            st_smem_u32_if(a + BUF, lo, d_on[u]);
-                        }
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < (DEC ? 0 : BPER); ++u) {
+                for (int u = 0; u < BPER; ++u) {
                     // items past the tile's BN rows (only when BN*4 is not a multiple of NT) store nothing
                     const bool on = BITEMS % NT == 0 || u + 1 < BPER || tid + NT * u < BITEMS;
                     const uint32_t rowaddr = bst + (uint32_t)(u * (NT / 4) * 128);
@@ -1159,27 +1103,17 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
 #ifndef INFONCE_V3_NO_PROXY_FENCE
                 fence_proxy_async_smem();
 #endif
-                if constexpr (DEC)
-                    bar_sync_named(1 + wg, 128);  // this warpgroup only
-                else
-                    __syncthreads();
+                __syncthreads();
                 V3_STAMP(2, it0 + s == 0);  // first k-tile split and stored by every thread
                 V3_PHASE(2);  // proxy fence and barrier
-                // TMA: every thread has read raw stage s (before the barrier): refill it for iteration it + PD.  DEC:
-                // the barrier covers one warpgroup; the second warpgroup to get here (odd count) refills.
+                // TMA: every thread has read raw stage s (before the barrier): refill it for iteration it + PD
                 if constexpr (TMA) {
-                    bool issue = tid == INFONCE_V3_TMA_TID;
-                    if constexpr (DEC) {
-                        unsigned done = 0u;
-                        if (wtid == 0) done = atom_add_shared_acq_rel(smem_u32(&s_done[s]), 1u);
-                        issue = wtid == 0 && (done & 1u) != 0u;
-                    }
-                    if (it0 + s + PD < total) tma_issue(s, issue);
+                    if (it0 + s + PD < total) tma_issue(s, tid == INFONCE_V3_TMA_TID);
                 }
                 V3_PHASE(6);  // TMA refill (thread 0)
                 // 4. KH k8-steps x 3 products
                 const int first = rd_kt == 0 && rd_part == 0;
-                const uint64_t dh = desc0 + (uint64_t)((slot_wg + (uint32_t)(slot * SLOT)) >> 4) + (uint64_t)(2 * KH * rd_part);
+                const uint64_t dh = desc0 + (uint64_t)((slot * SLOT) >> 4) + (uint64_t)(2 * KH * rd_part);
                 const uint64_t dl = dh + (uint64_t)(BUF >> 4);
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
@@ -1227,185 +1161,6 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
 }
 
 
-// ILV (eleventh session): the TMA kernel's K loop software-pipelined.  The serial order of the kernel above (split
-// k-tile it, barrier, issue its 12 wgmma, whose issue stalls about as long as the batch runs) leaves the tensor cores
-// idle during every split.  Here iteration it issues k-tile it's wgmma one k8-step (3 wgmma) at a time and, after
-// each, splits the same quarter of k-tile it + 1 (A into the other of two register sets, B into the next hi/lo slot),
-// so the split's instructions run while the tensor cores work.  One barrier per k-tile, as before.  Same products
-// in the same order per k8-step as the kernel above: the loss is bit-identical.
-// Ordering: A set (it + 1) & 1 was read by batch it - 1, retired by wait_group 1 after iteration it's first commit
-// and before the first write of that set; hi/lo slot (it + 1) % PD was last read by batch it + 1 - PD (PD >= 2),
-// retired an iteration earlier; raw stage (it + 1) % PD is read at the start of iteration it and refilled (for
-// it + 1 + PD) after that iteration's barrier.
-template <int BN, int PD>
-__global__ void __launch_bounds__(256, 1)
-    infonce_wgmma_ilv_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                             const WgParams P) {
-    constexpr int NT = 256, BM = 128, NACC = BN / 2;
-    constexpr int BUF = BN * 128, SLOT = 2 * BUF;  // hi then lo, one slot per raw stage
-    constexpr int RAW_A = BM * 128, RAW_B = BN * 128, RAW = RAW_A + RAW_B;
-    constexpr int BITEMS = BN * 4, BPER = (BITEMS + NT - 1) / NT;  // (row, 8-float chunk) items of a k-tile
-    static_assert(PD >= 2 && PD % 2 == 0, "the A register set alternates with the iteration; the loop is unrolled by PD");
-    static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
-    extern __shared__ unsigned char smem_raw[];
-    __shared__ double s_wsum[NT / 32];
-    __shared__ int s_flag;
-    __shared__ alignas(8) unsigned long long s_full[PD];
-
-    V3_STAMP(0, true);  // entry
-    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
-    const int B = P.B, D = P.D, N = P.N, S = P.S;
-    const int m_tiles = (B + BM - 1) / BM;
-    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;
-    const int row0 = mt * BM;
-    const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // 32-bit, warp-uniform (see the kernel above)
-    const int t_begin = split * t_q + min(split, t_r);
-    const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
-    const int KT = (D + 31) / 32;
-    const int total = (t_end - t_begin) * KT;
-    const int rA = row0 + 64 * wg + 16 * wq + g;
-    const int rB0 = tid >> 2;
-
-    const uint32_t raw0 = sbase + (uint32_t)(PD * SLOT), full0 = smem_u32(&s_full[0]);
-    int ld_kt = 0, ld_tile = t_begin;  // TMA cursor (every thread advances it; thread 0 issues)
-    auto tma_issue = [&](int stage) {
-        const uint32_t dst = raw0 + (uint32_t)(stage * RAW), bar = full0 + 8u * (uint32_t)stage;
-        if (tid == INFONCE_V3_TMA_TID) {
-            mbar_arrive_expect_tx(bar, (uint32_t)RAW);
-            tma_load_2d(dst, &tmA, ld_kt * 32, row0, bar);
-            tma_load_2d(dst + RAW_A, &tmB, ld_kt * 32, ld_tile * BN, bar);
-        }
-        if (++ld_kt == KT) ld_kt = 0, ++ld_tile;
-    };
-    if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < PD; ++s) mbar_init(full0 + 8u * (uint32_t)s, 1u);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < PD; ++s)
-        if (s < total) tma_issue(s);
-    positive_cosines(P, row0, BM, split, warp, NT / 32, lane);
-    V3_STAMP(1, true);  // prologue done
-
-    float acc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
-    float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
-    const uint32_t b_st0 = (sbase + (uint32_t)(rB0 * 128 + (c << 2))) | (uint32_t)(g << 4);  // as the kernel above
-    const uint64_t desc0 = sw128_desc(sbase);
-    const int rl = 64 * wg + 16 * wq + g;  // this thread's A rows in the raw tile: rl, rl + 8 (both have r & 7 == g)
-
-    // This thread's raw pieces of a k-tile (stage s): A rows rl, rl + 8 and its B items, floats 8c .. 8c + 7.
-    float4 x[2], y[2], bv[BPER][2];
-    auto read_raw = [&](int s) {
-        const uint32_t ra = raw0 + (uint32_t)(s * RAW);
-#pragma unroll
-        for (int v = 0; v < 2; ++v) {
-            const uint32_t cof = (uint32_t)(((2 * c + v) ^ g) << 4);
-            x[v] = lds4(ra + (uint32_t)(rl * 128) + cof);
-            y[v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
-#pragma unroll
-            for (int u = 0; u < BPER; ++u)  // items past the tile's BN rows read row BN-1 (never stored)
-                bv[u][v] = lds4(ra + (uint32_t)(RAW_A + min(rB0 + (NT / 4) * u, BN - 1) * 128) + cof);
-        }
-    };
-    uint32_t ahi[2][16], alo[2][16];  // A fragments of two k-tiles (register sets by iteration parity)
-    // Quarter l (k8-step l) of the k-tile in x, y, bv: A floats 2l, 2l + 1 of both rows into set `set` (wgmma order
-    // as the kernel above), B floats 2l, 2l + 1 of each item, hi and lo, into the slot at bst.
-    auto split_quarter = [&](int set, int l, uint32_t bst) {
-        const float4& xa = x[l >> 1];
-        const float4& ya = y[l >> 1];
-        split_tf32_rn(__float_as_uint((l & 1) ? xa.z : xa.x), ahi[set][4 * l + 0], alo[set][4 * l + 0]);
-        split_tf32_rn(__float_as_uint((l & 1) ? ya.z : ya.x), ahi[set][4 * l + 1], alo[set][4 * l + 1]);
-        split_tf32_rn(__float_as_uint((l & 1) ? xa.w : xa.y), ahi[set][4 * l + 2], alo[set][4 * l + 2]);
-        split_tf32_rn(__float_as_uint((l & 1) ? ya.w : ya.y), ahi[set][4 * l + 3], alo[set][4 * l + 3]);
-#pragma unroll
-        for (int u = 0; u < BPER; ++u) {
-            const bool on = BITEMS % NT == 0 || u + 1 < BPER || tid + NT * u < BITEMS;
-            const uint32_t rowaddr = bst + (uint32_t)(u * (NT / 4) * 128);
-#pragma unroll
-            for (int e = 2 * l; e < 2 * l + 2; ++e) {
-                const float4& b4 = bv[u][e >> 2];
-                const float xe = (e & 3) == 0 ? b4.x : (e & 3) == 1 ? b4.y : (e & 3) == 2 ? b4.z : b4.w;
-                uint32_t hi, lo;
-                split_tf32_rn(__float_as_uint(xe), hi, lo);
-                const uint32_t a = rowaddr ^ ((uint32_t)e << 4);
-                st_smem_u32_if(a, hi, on);
-                st_smem_u32_if(a + BUF, lo, on);
-            }
-        }
-    };
-    auto wait_raw = [&](int s, uint32_t par) {
-        while (!mbar_try(full0 + 8u * (uint32_t)s, par)) {  // unbounded, as the kernel above
-        }
-    };
-
-    // Prologue: k-tile 0 split whole into set 0 and slot 0, then raw stage 0 refilled for iteration PD.
-    wait_raw(0, 0u);
-    read_raw(0);
-#pragma unroll
-    for (int l = 0; l < 4; ++l) split_quarter(0, l, b_st0);
-    fence_proxy_async_smem();
-    __syncthreads();
-    V3_STAMP(2, true);  // first k-tile split and stored
-    if (PD < total) tma_issue(0);
-
-    int rd_kt = 0, rd_tile = t_begin;
-    for (int it0 = 0; it0 < total; it0 += PD) {
-#pragma unroll
-        for (int s = 0; s < PD; ++s) {
-            const int it = it0 + s;
-            if (it < total) {
-                const int set = s & 1, ns = (s + 1) % PD;
-                const bool has_next = it + 1 < total;
-                // k-tile it + 1's raw pieces (the last iteration reads a stale stage and splits it harmlessly)
-                if (has_next) wait_raw(ns, (uint32_t)((it0 / PD + (s + 1) / PD) & 1));
-                read_raw(ns);
-                const int first = rd_kt == 0;
-                const uint64_t dh = desc0 + (uint64_t)((s * SLOT) >> 4), dl = dh + (uint64_t)(BUF >> 4);
-                const uint32_t bst = b_st0 + (uint32_t)(ns * SLOT);
-#pragma unroll
-                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                wg_fence();
-#pragma unroll
-                for (int l = 0; l < 4; ++l) {
-                    const uint64_t o = (uint64_t)(2 * l);  // 32 bytes per k8-step, in 16-byte units
-                    Wgmma<BN>::mma(acc, alo[set][4 * l], alo[set][4 * l + 1], alo[set][4 * l + 2], alo[set][4 * l + 3],
-                                   dh + o, (first && l == 0) ? 0 : 1);
-                    Wgmma<BN>::mma(acc, ahi[set][4 * l], ahi[set][4 * l + 1], ahi[set][4 * l + 2], ahi[set][4 * l + 3],
-                                   dl + o, 1);
-                    Wgmma<BN>::mma(acc, ahi[set][4 * l], ahi[set][4 * l + 1], ahi[set][4 * l + 2], ahi[set][4 * l + 3],
-                                   dh + o, 1);
-                    if (l == 0) {
-                        wg_commit();
-                        wg_wait<1>();  // batch it - 1 is done: set `set ^ 1` may be rewritten
-                    }
-                    split_quarter(set ^ 1, l, bst);
-                }
-                wg_commit();
-                fence_proxy_async_smem();
-                __syncthreads();
-                if (has_next && it + 1 + PD < total) tma_issue(ns);  // raw stage ns was read above by every thread
-                if (++rd_kt == KT) {
-                    wg_wait<0>();
-#pragma unroll
-                    for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                    fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
-                    rd_kt = 0;
-                    ++rd_tile;
-                }
-            }
-        }
-    }
-    wg_wait<0>();
-    V3_STAMP(3, true);  // K loop and last fold done
-    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
-}
-
 // PROD (eleventh session): the TMA kernel with a producer warpgroup.  Thread 0 of the kernel above spends about 240
 // clocks per k-tile issuing the copies while the other warps wait for it at the next wgmma (a warpgroup-wide
 // instruction), and every CTA computes its positive cosines from cold memory before its first k-tile.  Here warpgroup
@@ -1415,7 +1170,9 @@ __global__ void __launch_bounds__(256, 1)
 // bit-identical loss) with a named barrier for their 256 threads.  Registers: 384 threads leave 168 per thread at
 // entry (three warps share each sub-partition's 16K registers); setmaxnreg gives the consumers 224 and the producer
 // 56 (224 x 256 + 56 x 128 = 168 x 384: an increase blocks until the pool holds the registers, so the two must
-// balance exactly), and both return to 168 for the common end (finish_cta).
+// balance exactly).  The roles never rejoin: each ends in its own copy of finish_cta (its barriers are warp-uniform),
+// so the consumers merge under their 224 registers (a common end would be compiled for the 168 of the entry: the
+// merge then took 4.8 us instead of 3.1).
 template <int BN, int PD>
 __global__ void __launch_bounds__(384, 1)
     infonce_wgmma_prod_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
@@ -1478,7 +1235,7 @@ __global__ void __launch_bounds__(384, 1)
         __syncwarp();
         // Positive term for this m-tile's rows with row % S == split, off the consumers' path.
         positive_cosines(P, row0, BM, split, warp - NC / 32, 4, lane);
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 168;\n" ::: "memory");
+        finish_cta<NT, NC, false>(P, run_m, run_s, rA, false, split, s_wsum, &s_flag);  // barriers only
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
         V3_STAMP(1, true);  // prologue done
@@ -1567,22 +1324,21 @@ __global__ void __launch_bounds__(384, 1)
         }
         wg_wait<0>();
         V3_STAMP(3, true);  // K loop and last fold done
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 168;\n" ::: "memory");
+        finish_cta<NT, NC>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);  // the merge, under 224 registers
     }
-    finish_cta<NT>(P, run_m, run_s, rA, warp < NC / 32 && c == 0, split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
 // Host side (CUDA runtime only): tile variants, the plan (path, variant, split count, workspace layout), launch.
 // ------------------------------------------------------------------------------------------------------------
 typedef void (*WgKernel)(const CUtensorMap, const CUtensorMap, const WgParams);
-enum WgKind { WG_PLAIN = 0, WG_DEC = 1, WG_ILV = 2, WG_PROD = 3 };
+enum WgKind { WG_PLAIN = 0, WG_PROD = 1 };
 
 struct WgVariant {
     const char* name;
     int wgs, bn, pd, kh;  // warpgroups per CTA, tile N, prefetch depth (iterations; TMA: raw stages), k8-steps/iteration
     bool tma;             // raw tiles by tensor-map copies (else per-thread loads to registers)
-    int kind;             // WG_PLAIN, WG_DEC (decoupled warpgroups), WG_ILV (interleaved loop), WG_PROD (producer warp)
+    int kind;             // WG_PLAIN, or WG_PROD (a producer warpgroup: 128 more threads)
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
@@ -1590,34 +1346,25 @@ struct WgVariant {
 
 // The automatic plan uses the first two: 128 x 40 tiles (seed: 2 m-tiles x 64 splits = 128 CTAs, one tile each)
 // and 128 x 128 tiles (big problems: less L2 traffic per flop), both fed by TMA.  The bench also builds the others
-// (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles) to time them; the extension does not compile
-// them.  All of them compile without register spills (ptxas -v), and without ptxas's "wgmma serialized" warning.
+// (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles, the other 40-wide kernel, one-warpgroup CTAs two
+// per SM) to time them; the extension does not compile them.  All of them compile without register spills (ptxas -v),
+// and without ptxas's "wgmma serialized" warning.
 static const WgVariant kWgVariants[] = {
     {"tma_n40_s4", 2, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
     {"prod_n40_s4", 2, 40, 4, 4, true, WG_PROD, infonce_wgmma_prod_kernel<40, 4>, 0.85, false},
-    {"prod_n128_s3", 2, 128, 3, 4, true, WG_PROD, infonce_wgmma_prod_kernel<128, 3>, 1.00, false},
     {"tma1_n40_s4", 1, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<1, 40, 4, 4, true>, 0.85, false},
-    {"tma1_n40_s3", 1, 40, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<1, 40, 3, 4, true>, 0.85, false},
-    {"ilv_n40_s4", 2, 40, 4, 4, true, WG_ILV, infonce_wgmma_ilv_kernel<40, 4>, 0.85, false},
-    {"ilv_n128_s2", 2, 128, 2, 4, true, WG_ILV, infonce_wgmma_ilv_kernel<128, 2>, 1.00, false},
-    {"ilv_n80_s4", 2, 80, 4, 4, true, WG_ILV, infonce_wgmma_ilv_kernel<80, 4>, 0.95, false},
-    {"dec_n40_s4", 2, 40, 4, 4, true, WG_DEC, infonce_wgmma_kernel<2, 40, 4, 4, true, true>, 0.85, false},
-    {"dec_n40_s5", 2, 40, 5, 4, true, WG_DEC, infonce_wgmma_kernel<2, 40, 5, 4, true, true>, 0.85, false},
-    {"dec_n40_s3", 2, 40, 3, 4, true, WG_DEC, infonce_wgmma_kernel<2, 40, 3, 4, true, true>, 0.85, false},
     {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, WG_PLAIN, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
     {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, WG_PLAIN, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
     {"tma_n80_s4", 2, 80, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
-    {"dec_n80_s3", 2, 80, 3, 4, true, WG_DEC, infonce_wgmma_kernel<2, 80, 3, 4, true, true>, 0.95, false},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
 
 // hi/lo B ring (3 slots; TMA: one per stage), TMA raw stages (A and B tiles of 32 floats per row), 1 KB of alignment slack.
 inline int wg_smem_bytes(const WgVariant& v) {
-    return (v.tma ? v.pd : 3) * 2 * v.bn * 128 * (v.kind == WG_DEC ? 2 : 1) + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) +
-           1024;
+    return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
 }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
