@@ -459,7 +459,8 @@ static int group_correct() {
         if (infonce_v3::can_vec4(P.q, P.p, P.n, P.D)) {
             for (int vi = 0; vi < infonce_v3::kNumWgVariants; ++vi) {
                 runs.push_back({std::string("v3 var ") + std::to_string(vi), v3_plan(P, infonce_v3::MODE_WGMMA, vi, 0)});
-                if ((vi < 2 || infonce_v3::kWgVariants[vi].kind != 0) && c.N > 2 * infonce_v3::kWgVariants[vi].bn)  // several n-tiles per CTA
+                const bool checked_wide = vi < 2 || infonce_v3::kWgVariants[vi].kind != infonce_v3::WG_PLAIN;
+                if (checked_wide && c.N > 2 * infonce_v3::kWgVariants[vi].bn)  // several n-tiles per CTA
                     runs.push_back({std::string("v3 var ") + std::to_string(vi) + " S=2",
                                     v3_plan(P, infonce_v3::MODE_WGMMA, vi, 2)});
             }
