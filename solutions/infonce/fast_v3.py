@@ -1171,8 +1171,10 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
 // entry (three warps share each sub-partition's 16K registers); setmaxnreg gives the consumers 224 and the producer
 // 56 (224 x 256 + 56 x 128 = 168 x 384: an increase blocks until the pool holds the registers, so the two must
 // balance exactly).  The roles never rejoin: each ends in its own copy of finish_cta (its barriers are warp-uniform),
-// so the consumers merge under their 224 registers (a common end would be compiled for the 168 of the entry: the
-// merge then took 4.8 us instead of 3.1).
+// so the consumers merge under their 224 registers.  Measured (eleventh session): the K loop ends 2.1 us earlier than
+// the kernel above's, but the merge takes 4.4-4.9 us against 3.0 (with a common end too), so the call is 0.3-0.5 us
+// slower and this kernel is not in the automatic plan.  Its SASS reloads the kernel parameters (64 LDC) before the
+// merge's loads, where the kernel above forms the addresses from registers: the lead for the next step.
 template <int BN, int PD>
 __global__ void __launch_bounds__(384, 1)
     infonce_wgmma_prod_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
