@@ -507,7 +507,7 @@ __device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r):
 __device__ __forceinline__ void st_smem_u32(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
-// Barrier `id` (1..15; 0 is __syncthreads's) for `count` threads of the CTA, e.g. one warpgroup.
+// Barrier `id` (1..15; 0 is __syncthreads's) for `count` threads of the CTA (the PROD kernel's consumers).
 __device__ __forceinline__ void bar_sync_named(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
@@ -996,11 +996,10 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     Stage<KH, BPER> stg[TMA ? 1 : NSTG];
     const uint32_t raw0 = sbase + (uint32_t)(NSLOT * SLOT);  // TMA: raw stage s at raw0 + s * (RAW_A + RAW_B)
     const uint32_t full0 = smem_u32(&s_full[0]);
-    // TMA: the thread with `issue` fills raw stage `stage` with the loader cursor's k-tile (every thread advances the
-    // cursor).
-    auto tma_issue = [&](int stage, bool issue) {
+    // TMA: thread 0 fills raw stage `stage` with the loader cursor's k-tile (and every thread advances the cursor).
+    auto tma_issue = [&](int stage) {
         const uint32_t dst = raw0 + (uint32_t)(stage * (RAW_A + RAW_B)), bar = full0 + 8u * (uint32_t)stage;
-        if (issue) {
+        if (tid == INFONCE_V3_TMA_TID) {
             mbar_arrive_expect_tx(bar, (uint32_t)(RAW_A + RAW_B));
             tma_load_2d(dst, &tmA, ld_kt * 32, row0, bar);
             tma_load_2d(dst + RAW_A, &tmB, ld_kt * 32, ld_tile * BN, bar);
@@ -1016,7 +1015,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
         __syncthreads();
 #pragma unroll
         for (int s = 0; s < PD; ++s)
-            if (s < total) tma_issue(s, tid == INFONCE_V3_TMA_TID);
+            if (s < total) tma_issue(s);
     } else {
 #pragma unroll
         for (int i = 0; i < PFK; ++i) prefetch();
@@ -1108,7 +1107,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                 V3_PHASE(2);  // proxy fence and barrier
                 // TMA: every thread has read raw stage s (before the barrier): refill it for iteration it + PD
                 if constexpr (TMA) {
-                    if (it0 + s + PD < total) tma_issue(s, tid == INFONCE_V3_TMA_TID);
+                    if (it0 + s + PD < total) tma_issue(s);
                 }
                 V3_PHASE(6);  // TMA refill (thread 0)
                 // 4. KH k8-steps x 3 products
