@@ -570,6 +570,10 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
 }
+__device__ __forceinline__ void sts4(uint32_t addr, const uint32_t (&v)[4]) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                 : "memory");
+}
 __device__ __forceinline__ float4 lds4(uint32_t addr) {
     float4 v;
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
@@ -743,6 +747,20 @@ __device__ __forceinline__ void positive_cosines(const WgParams& P, int row0, in
     }
 }
 
+// The rows positive_cosines(P, row0, BM, split, warp, nwarps, lane) will read, into L2 (one prefetch per 128 bytes).
+__device__ __forceinline__ void prefetch_cosine_rows(const WgParams& P, int row0, int BM, int split, int warp, int nwarps,
+                                                     int lane) {
+    const int B = P.B, D = P.D, S = P.S;
+    for (int r = split + S * warp; r < BM; r += S * nwarps) {
+        const int row = row0 + r;
+        if (row >= B) break;
+        for (int k = 32 * lane; k < D; k += 32 * 32) {
+            prefetch_l2_if(P.q + (size_t)row * D + k, true);
+            prefetch_l2_if(P.p + (size_t)row * D + k, true);
+        }
+    }
+}
+
 // Fold a finished n-tile's accumulator (wgmma m64nBN f32 layout: this thread holds rows rA, rA + 8 of its warp's 16,
 // columns colb + 8j + {0,1}, colb = tile * BN + 2c) into the running (max, sum of exp2) of its two rows, scaled by
 // log2(e)/T and masked at N (fast.py's epilogue).  The quad (4 lanes of a row) shares the max.
@@ -829,18 +847,24 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
     // x = lse - pos is formed in double from the exact float max and the double positive logit, and softplus(x) =
     // max(x, 0) + log1p(e^-|x|) keeps full relative accuracy when the loss is tiny (log1pf and expf: ~1e-7).
     constexpr double LN2 = 0.69314718055994530942;
-    constexpr int kMergeChunk = 32;
+    constexpr int kMergeChunk = 32;  // 64 was slower (twelfth session, BRES kernel: 4.4 us of merge against 2.8)
+    // The merge's pointers and sizes in registers: left to itself ptxas may reload them from the kernel parameters
+    // (constant bank, cold on this SM) for every load (the PROD kernel's SASS: 64 LDC before the 32 loads).
+    const float2* part = P.part;
+    const double* pos = P.pos;
+    int nB = B, nS = S;
+    asm volatile("" : "+l"(part), "+l"(pos), "+r"(nB), "+r"(nS));
     double tloss = 0.0;
 #pragma unroll 1
-    for (int row = tid; MERGES && row < B; row += NM) {
-        const double pv = __ldcg(P.pos + row);
+    for (int row = tid; MERGES && row < nB; row += NM) {
+        const double pv = __ldcg(pos + row);
         float m = -INFINITY, sum = 0.f;
 #pragma unroll 1
-        for (int k0 = 0; k0 < S; k0 += kMergeChunk) {
+        for (int k0 = 0; k0 < nS; k0 += kMergeChunk) {
             float2 v[kMergeChunk];
 #pragma unroll
             for (int u = 0; u < kMergeChunk; ++u)
-                v[u] = k0 + u < S ? __ldcg(P.part + (size_t)(k0 + u) * B + row) : make_float2(-INFINITY, 0.f);
+                v[u] = k0 + u < nS ? __ldcg(part + (size_t)(k0 + u) * nB + row) : make_float2(-INFINITY, 0.f);
             float mr = m;
 #pragma unroll
             for (int u = 0; u < kMergeChunk; ++u) mr = fmaxf(mr, v[u].x);  // an empty partial is (-inf, 0)
@@ -1329,31 +1353,276 @@ __global__ void __launch_bounds__(384, 1)
     }
 }
 
+
+// BRES (twelfth session): the negatives tile resident in shared memory.  The kernels above split each k-tile of B
+// inside the K loop, behind a CTA-wide barrier per k-tile; the eleventh session's ncu and stamps put the loop's time
+// in that serial chain (shared loads, splits, hi/lo stores, proxy fence, barrier, copy issue, wgmma issue) with no
+// unit busy.  When a CTA's whole BN x D negatives tile fits in shared memory as tf32 hi and lo (BN x D x 8 bytes:
+// 160 KB at the seed shape), the CTA splits it once per tile (its first FG k-tiles before the loop, the rest at the
+// first iteration that reads them: two CTA barriers per tile in all), and the loop has no other B work and no other
+// CTA-wide barrier: each warpgroup streams its own 64 query rows through its own ring of raw TMA stages (KPI k-tiles
+// per stage and iteration), splits them in registers, syncs its own 128 threads (after which its copy thread may
+// refill the stage) and issues its batch.  The two warpgroups run free of each other.  The products are those of the
+// kernels above, in the same order (the partials are bit-identical).  The plan uses it when every CTA has one n-tile
+// and the grid is one wave; with several n-tiles per CTA (forced splits) each tile is loaded and split in turn.
+// Measured (twelfth session, standalone bench, seed shape): 19.1-19.3 us against the 40-wide TMA kernel's 22.2-22.5;
+// by stamps the prologue ends 2.3 us after entry and the K loop takes 9.7 us (13.6 before), 1.3 us of it the split
+// of B's second group.
+template <int BN, int PD, int KPI, int FG>
+__global__ void __launch_bounds__(256, 1)
+    infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                              const WgParams P) {
+    constexpr int NT = 256, BM = 128, NACC = BN / 2;
+    constexpr int BUF = BN * 128;     // bytes of one tf32 copy (hi or lo) of a BN x 32 k-tile (a multiple of 1024)
+    constexpr int RAW_K = 64 * 128;   // one warpgroup's raw 64 x 32 query k-tile
+    constexpr int RAW_A = KPI * RAW_K;  // one stage: KPI k-tiles
+    constexpr int KH = 4 * KPI;       // k8-steps per iteration
+    static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
+    static_assert(PD >= 2 && (KPI == 1 || KPI == 2), "stages, k-tiles per stage");
+    static_assert(FG % KPI == 0 && FG > 0, "B group 0 is a whole number of iterations");
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ double s_wsum[NT / 32];
+    __shared__ int s_flag;
+    __shared__ alignas(8) unsigned long long s_full[2 * PD];  // warpgroup w's stage s: s_full[w * PD + s]
+    __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
+
+    V3_STAMP(0, true);  // entry
+    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
+    const int B = P.B, D = P.D, N = P.N, S = P.S;
+    const int m_tiles = (B + BM - 1) / BM;
+    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;
+    const int row0 = mt * BM;
+    const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // 32-bit, warp-uniform (see infonce_wgmma_kernel)
+    const int t_begin = split * t_q + min(split, t_r);
+    const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
+    const int KI = (D + 32 * KPI - 1) / (32 * KPI);  // iterations per n-tile
+    const int KTR = KI * KPI;                         // k-tiles of the resident B tile (past D: zeros)
+    const int total = (t_end - t_begin) * KI;         // iterations of each warpgroup
+    const int rA = row0 + 64 * wg + 16 * wq + g;
+
+    // Shared memory: the A rings (warpgroup w's stage s at sbase + (w * PD + s) * RAW_A, k-tile h of the stage
+    // RAW_K further per h), then the resident B tile (k-tile kt's hi copy at b_res + kt * 2 * BUF, its lo copy BUF
+    // after it).
+    const uint32_t a_ring = sbase + (uint32_t)(wg * PD * RAW_A);
+    const uint32_t b_res = sbase + (uint32_t)(2 * PD * RAW_A);
+    const uint32_t full0 = smem_u32(&s_full[wg * PD]);
+
+    // The BN x D negatives tile `tile` into b_res as tf32 hi/lo, in two steps.  (1) Thread 0 copies k-tile kt's raw
+    // BN x 32 box (tensor map, 128-byte swizzle: float 4j + e of row n in 16-byte chunk j at position j ^ (n & 7);
+    // zeros past N and past D) into kt's lo slot, one mbarrier per group: k-tiles [0, FG) and [FG, KTR).  (2) Each
+    // thread takes items q = (k-tile, row q % BN) of a group: reads the row's 8 raw chunks, then writes its hi and lo
+    // chunks in place.
+    // Chunk i of the hi/lo layout holds physical floats i, 8 + i, 16 + i, 24 + i (the K permutation of the kernels
+    // above: float 8c + i in chunk i, word c), at position i ^ (n & 7), so a thread rewrites only the 128 bytes it has
+    // read.  Consecutive threads take consecutive rows: the 8 lanes of each 16-byte access phase hit 8 different
+    // positions of 8 rows, no bank conflicts.  Group 0 is split in the prologue, group 1 at the start of the first
+    // iteration that reads it (a CTA barrier), by which time its copies have landed: most of the tile's memory stream
+    // runs under the loop instead of in front of it.  (First versions: per-thread global loads of each item's 128
+    // bytes, a warp touching 32 rows per load, prologue 6-8 us at the seed shape; then the whole tile split in the
+    // prologue, 4.9 us, most of it waiting for 80 KB per SM from memory; then groups of 4 k-tiles, 0.7 us per
+    // group split in the loop.)
+    const int NG = KTR > FG ? 2 : 1;
+    auto bbar = [&](int grp) { return smem_u32(&s_bfull[grp]); };
+    auto b_copy = [&](int tile, int grp) {  // the copies of one group (thread 0)
+        if (tid == 0 && grp < NG) {
+            const int k0 = grp == 0 ? 0 : FG, k1 = grp == 0 ? min(FG, KTR) : KTR;
+            mbar_arrive_expect_tx(bbar(grp), (uint32_t)((k1 - k0) * BUF));
+#pragma unroll 1
+            for (int kt = k0; kt < k1; ++kt)
+                tma_load_2d(b_res + (uint32_t)(kt * 2 * BUF + BUF), &tmB, kt * 32, tile * BN, bbar(grp));
+        }
+    };
+    // Split group grp (parity: the tile's use of the group's barrier).  With cos_warp0 >= 0 the warps from cos_warp0
+    // on first compute the positive cosines (they have few or no items in this group).
+    auto b_split = [&](int grp, uint32_t parity, int cos_warp0) {
+        const int k0 = grp == 0 ? 0 : FG, items = BN * ((grp == 0 ? min(FG, KTR) : KTR) - k0);
+        if (cos_warp0 >= 0 && warp >= cos_warp0)
+            positive_cosines(P, row0, BM, split, warp - cos_warp0, NT / 32 - cos_warp0, lane);
+        while (!mbar_try(bbar(grp), parity)) {  // unbounded, as the A stages
+        }
+        // One item per thread at a time (two or three in flight made ptxas spill: 1-2 us slower at the seed shape).
+#pragma unroll 1
+        for (int q = tid; q < items; q += NT) {
+            const int kt = k0 + q / BN, n = q % BN;
+            const uint32_t row = b_res + (uint32_t)(kt * 2 * BUF + n * 128);
+            float4 f[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) f[j] = lds4(row + (uint32_t)BUF + (uint32_t)((j ^ (n & 7)) << 4));
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                uint32_t hi[4], lo[4];
+#pragma unroll
+                for (int w = 0; w < 4; ++w) {
+                    const float4& x = f[2 * w + (i >> 2)];
+                    const float e = (i & 3) == 0 ? x.x : (i & 3) == 1 ? x.y : (i & 3) == 2 ? x.z : x.w;
+                    split_tf32_rn(__float_as_uint(e), hi[w], lo[w]);
+                }
+                const uint32_t a = row + (uint32_t)((i ^ (n & 7)) << 4);
+                sts4(a, hi);
+                sts4(a + (uint32_t)BUF, lo);
+            }
+        }
+        fence_proxy_async_smem();  // generic-proxy stores, read by wgmma (async proxy)
+        __syncthreads();
+    };
+
+    // Warpgroup copy cursor (A does not depend on the n-tile): its thread 0 fills stage `stage` with k-tiles
+    // ld_kt .. ld_kt + KPI - 1 of the warpgroup's 64 rows (zeros past B and past D, whole boxes included); every
+    // thread advances the cursor.
+    int ld_kt = 0;
+    auto tma_issue = [&](int stage) {
+        if ((tid & 127) == 0) {
+            const uint32_t bar = full0 + 8u * (uint32_t)stage, dst = a_ring + (uint32_t)(stage * RAW_A);
+            mbar_arrive_expect_tx(bar, (uint32_t)RAW_A);
+#pragma unroll
+            for (int h = 0; h < KPI; ++h)
+                tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (ld_kt + h) * 32, row0 + 64 * wg, bar);
+        }
+        ld_kt += KPI;
+        if (ld_kt == KTR) ld_kt = 0;
+    };
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < 2 * PD; ++s) mbar_init(smem_u32(&s_full[0]) + 8u * (uint32_t)s, 1u);
+#pragma unroll 1
+        for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    b_copy(t_begin, 0);  // in the order they are needed: B group 0, the first A stages, B group 1
+#pragma unroll
+    for (int s = 0; s < PD; ++s)
+        if (s < total) tma_issue(s);
+    b_copy(t_begin, 1);
+    // The positive cosines: with one group, while group 0's copies are in flight (all warps); else at the start of
+    // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
+    // fill fewer warps), from rows prefetched into L2 now.  Either way they are off the prologue's wait for memory.
+    const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * (KTR - FG) / 32);
+    if (NG > 1) prefetch_cosine_rows(P, row0, BM, split, warp, NT / 32, lane);
+    b_split(0, 0u, NG == 1 ? 0 : -1);
+    V3_STAMP(1, true);  // prologue done: B group 0 split and stored
+
+    float acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+    float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
+    const uint64_t descB = sw128_desc(b_res);
+    const int rl = 16 * wq + g;  // the thread's A rows in the warpgroup's box: rl, rl + 8 (both with row & 7 == g)
+    int rd_ki = 0, rd_tile = t_begin;
+    V3_PHASE_DECL
+    for (int it0 = 0; it0 < total; it0 += PD) {
+#pragma unroll
+        for (int s = 0; s < PD; ++s) {  // unrolled: consecutive iterations' A fragments live in different registers
+            if (it0 + s < total) {
+                if (rd_ki * KPI == FG && NG == 2)  // the iteration reads B group 1 first: split it
+                    b_split(1, (uint32_t)((rd_tile - t_begin) & 1), rd_tile == t_begin ? cos_warp0 : -1);
+                const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / PD) & 1u;
+                while (!mbar_try(bar, par)) {  // unbounded, as the kernels above
+                }
+                V3_PHASE(0);  // waiting for the raw stage
+                const uint32_t ra = a_ring + (uint32_t)(s * RAW_A);
+                float4 x[2 * KPI], y[2 * KPI];
+#pragma unroll
+                for (int h = 0; h < KPI; ++h)
+#pragma unroll
+                    for (int v = 0; v < 2; ++v) {
+                        const uint32_t cof = (uint32_t)(h * RAW_K) + (uint32_t)(((2 * c + v) ^ g) << 4);
+                        x[2 * h + v] = lds4(ra + (uint32_t)(rl * 128) + cof);
+                        y[2 * h + v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
+                    }
+                // A hi/lo fragments in wgmma order (as infonce_wgmma_kernel, step 1), k8-step l of the iteration
+                uint32_t ahi[4 * KH], alo[4 * KH];
+#pragma unroll
+                for (int l = 0; l < KH; ++l) {
+                    const float4& xv = x[l >> 1];
+                    const float4& yv = y[l >> 1];
+                    split_tf32_rn(__float_as_uint((l & 1) ? xv.z : xv.x), ahi[4 * l + 0], alo[4 * l + 0]);
+                    split_tf32_rn(__float_as_uint((l & 1) ? yv.z : yv.x), ahi[4 * l + 1], alo[4 * l + 1]);
+                    split_tf32_rn(__float_as_uint((l & 1) ? xv.w : xv.y), ahi[4 * l + 2], alo[4 * l + 2]);
+                    split_tf32_rn(__float_as_uint((l & 1) ? yv.w : yv.y), ahi[4 * l + 3], alo[4 * l + 3]);
+                }
+                V3_PHASE(1);  // shared loads and splits
+                bar_sync_named(1 + wg, 128);  // the warpgroup's 128 threads have read stage s
+                V3_STAMP(2, it0 + s == 0);    // first stage read by warpgroup 0
+                V3_PHASE(2);  // warpgroup barrier
+                const int first = rd_ki == 0;
+                const uint64_t d0 = descB + (uint64_t)((rd_ki * KPI * 2 * BUF) >> 4);
+#pragma unroll
+                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                wg_fence();
+#pragma unroll
+                for (int l = 0; l < KH; ++l) {
+                    // k8-step l: k-tile l / 4 of the iteration, 32 bytes (2 x 16) per k8-step within it
+                    const uint64_t dh = d0 + (uint64_t)(((l >> 2) * 2 * BUF) >> 4) + (uint64_t)(2 * (l & 3));
+                    const uint64_t dl = dh + (uint64_t)(BUF >> 4);
+                    Wgmma<BN>::mma(acc, alo[4 * l], alo[4 * l + 1], alo[4 * l + 2], alo[4 * l + 3], dh,
+                                   (first && l == 0) ? 0 : 1);
+                    Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dl, 1);
+                    Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh, 1);
+                }
+                wg_commit();
+                V3_PHASE(3);  // wgmma issue
+                if (it0 + s + PD < total) tma_issue(s);  // refill stage s for iteration it + PD, behind the batch
+                V3_PHASE(6);  // TMA refill (warpgroup thread 0)
+                wg_wait<1>();  // the previous batch is done (its A fragments are free)
+#pragma unroll
+                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                V3_PHASE(4);  // wait for the previous batch
+                if (++rd_ki == KI) {
+                    wg_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+                    fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
+                    rd_ki = 0;
+                    if (++rd_tile < t_end) {  // the next n-tile (forced splits only): both warpgroups are done with B
+                        __syncthreads();
+                        b_copy(rd_tile, 0);
+                        b_copy(rd_tile, 1);
+                        b_split(0, (uint32_t)((rd_tile - t_begin) & 1), -1);
+                    }
+                }
+            }
+        }
+    }
+    V3_PHASE(5);  // the rest (folds, loop)
+    V3_PHASE_STORE();
+    wg_wait<0>();
+    V3_STAMP(3, true);  // K loop and last fold done
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // Host side (CUDA runtime only): tile variants, the plan (path, variant, split count, workspace layout), launch.
 // ------------------------------------------------------------------------------------------------------------
 typedef void (*WgKernel)(const CUtensorMap, const CUtensorMap, const WgParams);
-enum WgKind { WG_PLAIN = 0, WG_PROD = 1 };
+enum WgKind { WG_PLAIN = 0, WG_PROD = 1, WG_BRES = 2 };
 
 struct WgVariant {
     const char* name;
     int wgs, bn, pd, kh;  // warpgroups per CTA, tile N, prefetch depth (iterations; TMA: raw stages), k8-steps/iteration
     bool tma;             // raw tiles by tensor-map copies (else per-thread loads to registers)
-    int kind;             // WG_PLAIN, or WG_PROD (a producer warpgroup: 128 more threads)
+    int kind;             // WG_PLAIN; WG_PROD (a producer warpgroup: 128 more threads); WG_BRES (B tile resident)
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
 };
 
-// The automatic plan uses the first two: 128 x 40 tiles (seed: 2 m-tiles x 64 splits = 128 CTAs, one tile each)
-// and 128 x 128 tiles (big problems: less L2 traffic per flop), both fed by TMA.  The bench also builds the others
-// (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles, the other 40-wide kernel, one-warpgroup CTAs two
-// per SM) to time them; the extension does not compile them.  All of them compile without register spills (ptxas -v),
-// and without ptxas's "wgmma serialized" warning.
+// The automatic plan uses the first three: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
+// L2 traffic per flop), and the B-resident 128 x 40 kernel wherever it fits (one n-tile per CTA in one wave, the
+// tile's hi/lo in shared memory: the seed shape, 2 m-tiles x 64 splits = 128 CTAs; its efficiency 1.0 makes it win
+// over the 40-wide TMA kernel there: 19.1-19.3 us against 22.2-22.5 in the twelfth session's bench calls).  The bench
+// also builds the others (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles, the B-resident kernel with
+// the whole tile split in the prologue, the producer-warpgroup kernel, one-warpgroup CTAs two per SM) to time them;
+// the extension does not compile them.  All of them compile without register spills (ptxas -v), and without ptxas's
+// "wgmma serialized" warning.
 static const WgVariant kWgVariants[] = {
     {"tma_n40_s4", 2, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
+    {"bres_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2>, 1.00, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
+    {"bres_n40_s2k2_all", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 1024>, 1.00, false},
     {"prod_n40_s4", 2, 40, 4, 4, true, WG_PROD, infonce_wgmma_prod_kernel<40, 4>, 0.85, false},
     {"tma1_n40_s4", 1, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<1, 40, 4, 4, true>, 0.85, false},
     {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, WG_PLAIN, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
@@ -1363,10 +1632,17 @@ static const WgVariant kWgVariants[] = {
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
 
-// hi/lo B ring (3 slots; TMA: one per stage), TMA raw stages (A and B tiles of 32 floats per row), 1 KB of alignment slack.
-inline int wg_smem_bytes(const WgVariant& v) {
+// hi/lo B ring (3 slots; TMA: one per stage), TMA raw stages (A and B tiles of 32 floats per row), 1 KB of alignment
+// slack.  WG_BRES: two A rings of 64-row stages and the whole BN x D tile as hi/lo (so it depends on D).
+inline long long wg_smem_bytes(const WgVariant& v, int D) {
+    if (v.kind == WG_BRES) {  // kh / 4 k-tiles per stage; the resident tile is a whole number of stages deep
+        const long long kpi = v.kh / 4, ktr = (D + 32 * kpi - 1) / (32 * kpi) * kpi;
+        return 2LL * v.pd * kpi * 64 * 128 + ktr * 2 * v.bn * 128 + 1024;
+    }
     return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
 }
+// Dynamic shared memory a CTA may opt into on sm_90 (227 KB), less a margin for the kernels' static shared memory.
+constexpr long long kMaxDynSmem = 227 * 1024 - 512;
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
 typedef decltype(&cuTensorMapEncodeTiled) TensorMapEncodeFn;
@@ -1435,9 +1711,14 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
             if (variant >= 0 ? vi != variant : !v.automatic) continue;
             const int BM = 64 * v.wgs, per_sm = v.wgs == 1 ? 2 : 1;
             const long long mt = (B + BM - 1) / BM, nt = (N + v.bn - 1) / v.bn;
+            if (wg_smem_bytes(v, D) > kMaxDynSmem) continue;
+            // B resident: made for small problems, one n-tile per CTA in one wave (each further tile of a CTA is
+            // loaded and split in turn, with the loop stopped)
+            if (v.kind == WG_BRES && variant < 0 && mt * nt > sms) continue;
             const long long s_max = std::min<long long>(nt, 1024);
             for (long long s = 1; s <= s_max; ++s) {
                 if (splits > 0 && s != std::min<long long>(splits, s_max)) continue;
+                if (v.kind == WG_BRES && variant < 0 && s != nt) continue;
                 if (mt * s > 0x7fffffffLL) break;
                 const long long waves = (mt * s + (long long)sms * per_sm - 1) / ((long long)sms * per_sm);
                 const long long per_cta = (nt + s - 1) / s;
@@ -1454,7 +1735,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.m_tiles = (B + 64 * v.wgs - 1) / (64 * v.wgs);
         pl.n_tiles = (N + v.bn - 1) / v.bn;
         pl.threads = 128 * v.wgs + (v.kind == WG_PROD ? 128 : 0);
-        pl.smem = wg_smem_bytes(v);
+        pl.smem = (int)wg_smem_bytes(v, D);
         pl.counters = 1;
     } else {
         const LegacyCfg cfgs[2] = {legacy_cfg<INFONCE_V3_LEGACY_BIG>(1.0), legacy_cfg<INFONCE_V3_LEGACY_SMALL>(0.7)};
@@ -1494,14 +1775,16 @@ inline const char* plan_name(const Plan& pl) {
                            : (pl.vec4 ? "legacy_64x80_v4" : "legacy_64x80_b4");
 }
 
+// Raise a kernel's dynamic shared memory limit to `smem` once per device (done[dev] = the largest set so far: the
+// BRES kernels' smem grows with D).
 template <class K>
-inline cudaError_t set_smem_once(K kern, int smem, bool (&done)[64]) {
+inline cudaError_t set_smem_once(K kern, int smem, int (&done)[64]) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
-    if (dev >= 0 && dev < 64 && done[dev]) return cudaSuccess;
+    if (dev >= 0 && dev < 64 && done[dev] >= smem) return cudaSuccess;
     e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess && dev >= 0 && dev < 64) done[dev] = true;
+    if (e == cudaSuccess && dev >= 0 && dev < 64) done[dev] = smem;
     return e;
 }
 
@@ -1510,7 +1793,7 @@ cudaError_t legacy_launch(const Plan& pl, cudaStream_t stream, const float* q, c
                           int D, int N, float scale2, double inv_t, float2* part, double* pos, unsigned* counter,
                           float* out) {
     auto kern = legacy::infonce_fused_kernel<WM, WN, MF, NF, KSPLIT, STAGES, VEC4>;
-    static bool done[64] = {};
+    static int done[64] = {};
     cudaError_t e = set_smem_once(kern, pl.smem, done);
     if (e != cudaSuccess) return e;
     kern<<<pl.grid, pl.threads, pl.smem, stream>>>(q, p, n, B, D, N, pl.S, pl.n_tiles, scale2, inv_t, part, pos,
@@ -1529,7 +1812,7 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
     const double inv_t = 1.0 / temperature;
     const float scale2 = (float)(1.4426950408889634074 / temperature);  // log2(e) / T
     if (pl.path == 0) {
-        static bool done[kNumWgVariants][64] = {};
+        static int done[kNumWgVariants][64] = {};
         const WgVariant& v = kWgVariants[pl.variant];
         cudaError_t e = set_smem_once(v.kern, pl.smem, done[pl.variant]);
         if (e != cudaSuccess) return e;
@@ -1541,7 +1824,7 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
         CUtensorMap tmA = {}, tmB = {};
         if (v.tma) {
-            e = encode_rows_map(&tmA, q, B, D, 64 * v.wgs);
+            e = encode_rows_map(&tmA, q, B, D, v.kind == WG_BRES ? 64 : 64 * v.wgs);  // BRES: a box per warpgroup
             if (e == cudaSuccess) e = encode_rows_map(&tmB, n, N, D, v.bn);
             if (e != cudaSuccess) return e;
         }
