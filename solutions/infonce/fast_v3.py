@@ -507,7 +507,8 @@ __device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r):
 __device__ __forceinline__ void st_smem_u32(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
-// Barrier `id` (1..15; 0 is __syncthreads's) for `count` threads of the CTA (the PROD kernel's consumers).
+// Barrier `id` (1..15; 0 is __syncthreads's) for `count` threads of the CTA (the PROD kernel's consumers, each
+// warpgroup of the BRES kernel).
 __device__ __forceinline__ void bar_sync_named(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
@@ -703,6 +704,67 @@ template <> struct Wgmma<128> {
     }
 };
 
+// The query (A) hi/lo fragments of KH k8-steps, in wgmma order per k8-step l: [4l + 0..3] = (row g, col c),
+// (row g+8, col c), (row g, col c+4), (row g+8, col c+4) = floats 2l, 2l (row g+8), 2l+1, 2l+1 of the thread's two
+// rows' pieces x (row g) and y (row g+8) (the K permutation: physical floats 8c + 0..7 of each k-tile).
+template <int KH>
+__device__ __forceinline__ void split_a_fragments(const float4 (&x)[KH / 2], const float4 (&y)[KH / 2],
+                                                  uint32_t (&ahi)[4 * KH], uint32_t (&alo)[4 * KH]) {
+#pragma unroll
+    for (int l = 0; l < KH; ++l) {
+        const float4& xv = x[l >> 1];
+        const float4& yv = y[l >> 1];
+        split_tf32_rn(__float_as_uint((l & 1) ? xv.z : xv.x), ahi[4 * l + 0], alo[4 * l + 0]);
+        split_tf32_rn(__float_as_uint((l & 1) ? yv.z : yv.x), ahi[4 * l + 1], alo[4 * l + 1]);
+        split_tf32_rn(__float_as_uint((l & 1) ? xv.w : xv.y), ahi[4 * l + 2], alo[4 * l + 2]);
+        split_tf32_rn(__float_as_uint((l & 1) ? yv.w : yv.y), ahi[4 * l + 3], alo[4 * l + 3]);
+    }
+}
+
+// One committed batch: KH k8-steps x the three products a_lo.b_hi, a_hi.b_lo, a_hi.b_hi (fast.py's order) into acc.
+// k8-step l reads the B hi copy at descriptor dh0 + (l / 4) * ktile_step + 2 (l % 4) (k-tile l / 4 of the batch, 32
+// bytes per k8-step, in 16-byte units) and the lo copy lo_step further; `first` starts the accumulator (scale-d 0).
+template <int BN, int KH>
+__device__ __forceinline__ void issue_3xtf32_batch(float (&acc)[BN / 2], const uint32_t (&ahi)[4 * KH],
+                                                   const uint32_t (&alo)[4 * KH], uint64_t dh0, uint64_t ktile_step,
+                                                   uint64_t lo_step, bool first) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) reg_fence(acc[i]);
+    wg_fence();
+#pragma unroll
+    for (int l = 0; l < KH; ++l) {
+        const uint64_t dh = dh0 + (uint64_t)(l >> 2) * ktile_step + (uint64_t)(2 * (l & 3));
+        const uint64_t dl = dh + lo_step;
+        Wgmma<BN>::mma(acc, alo[4 * l], alo[4 * l + 1], alo[4 * l + 2], alo[4 * l + 3], dh, (first && l == 0) ? 0 : 1);
+        Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dl, 1);
+        Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh, 1);
+    }
+    wg_commit();
+}
+
+// The negatives (B) items of a thread of NT (tile rows (tid >> 2) + (NT / 4) u, physical floats 8c + 4v + 0..3 in b[u][v])
+// as tf32 hi and lo into a B slot: float 8c + i of a row goes to chunk i, word c (the K permutation); bst is the
+// thread's row-0 address with its word and swizzle folded in, the lo copy BUF bytes after the hi copy, cbase the first
+// chunk of this part.  Items past the tile's BITEMS (only when BITEMS is not a multiple of NT) store nothing.
+template <int NT, int BITEMS, int BUF, int BPER, int NV>
+__device__ __forceinline__ void store_b_hilo(const float4 (&b)[BPER][NV], uint32_t bst, uint32_t cbase, int tid) {
+#pragma unroll
+    for (int u = 0; u < BPER; ++u) {
+        const bool on = BITEMS % NT == 0 || u + 1 < BPER || tid + NT * u < BITEMS;
+        const uint32_t rowaddr = bst + (uint32_t)(u * (NT / 4) * 128);
+#pragma unroll
+        for (int e = 0; e < 4 * NV; ++e) {
+            const float4& bv = b[u][e >> 2];
+            const float xe = (e & 3) == 0 ? bv.x : (e & 3) == 1 ? bv.y : (e & 3) == 2 ? bv.z : bv.w;
+            uint32_t hi, lo;
+            split_tf32_rn(__float_as_uint(xe), hi, lo);
+            const uint32_t a = rowaddr ^ ((cbase + (uint32_t)e) << 4);
+            st_smem_u32_if(a, hi, on);
+            st_smem_u32_if(a + BUF, lo, on);
+        }
+    }
+}
+
 // Registers of one pipeline stage (one iteration = KH k8-steps of one k-tile): the raw fp32 loads.
 //   x, y: this thread's query rows rA and rA + 8, floats 8c + 4*part*NV + 0 .. 4*NV-1 of the k-tile;
 //   b:    its negatives items, the same floats.
@@ -716,13 +778,22 @@ struct Stage {
 
 // ---- the wgmma kernel's prologue and epilogue pieces ----------------------------------------------------------
 // Positive term pos_b = cos(q_b, p_b) / T for the rows of the m-tile [row0, row0 + BM) with row % S == split (the
-// m-tile's S CTAs share them out), one warp per row; written to P.pos in double.
+// m-tile's S CTAs share them out), one warp per row; written to P.pos in double.  kPrefetchOnly: only bring those
+// rows of q and p into L2 (one prefetch per 128 bytes), for a later call.
+template <bool kPrefetchOnly = false>
 __device__ __forceinline__ void positive_cosines(const WgParams& P, int row0, int BM, int split, int warp, int nwarps,
                                                  int lane) {
     const int B = P.B, D = P.D, S = P.S;
     for (int r = split + S * warp; r < BM; r += S * nwarps) {
         const int row = row0 + r;
         if (row >= B) break;
+        if (kPrefetchOnly) {
+            for (int k = 32 * lane; k < D; k += 32 * 32) {
+                prefetch_l2_if(P.q + (size_t)row * D + k, true);
+                prefetch_l2_if(P.p + (size_t)row * D + k, true);
+            }
+            continue;
+        }
         const float4* q4 = reinterpret_cast<const float4*>(P.q + (size_t)row * D);
         const float4* p4 = reinterpret_cast<const float4*>(P.p + (size_t)row * D);
         float dot = 0.f, qq = 0.f, pp = 0.f;
@@ -743,20 +814,6 @@ __device__ __forceinline__ void positive_cosines(const WgParams& P, int row0, in
             // torch divides each vector by max(||v||, 1e-8) before the dot product
             const double nq = fmax(sqrt((double)qq), 1e-8), np = fmax(sqrt((double)pp), 1e-8);
             P.pos[row] = (double)dot / (nq * np) * P.inv_t;
-        }
-    }
-}
-
-// The rows positive_cosines(P, row0, BM, split, warp, nwarps, lane) will read, into L2 (one prefetch per 128 bytes).
-__device__ __forceinline__ void prefetch_cosine_rows(const WgParams& P, int row0, int BM, int split, int warp, int nwarps,
-                                                     int lane) {
-    const int B = P.B, D = P.D, S = P.S;
-    for (int r = split + S * warp; r < BM; r += S * nwarps) {
-        const int row = row0 + r;
-        if (row >= B) break;
-        for (int k = 32 * lane; k < D; k += 32 * 32) {
-            prefetch_l2_if(P.q + (size_t)row * D + k, true);
-            prefetch_l2_if(P.p + (size_t)row * D + k, true);
         }
     }
 }
@@ -1089,38 +1146,12 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                     }
                 }
                 Stage<KH, BPER>& st = TMA ? tst : stg[TMA ? 0 : s];
-                // 1. A hi/lo fragments, in wgmma order per local k8-step l: [4l + 0..3] = (row g, col c),
-                //    (row g+8, col c), (row g, col c+4), (row g+8, col c+4) = floats 2l, 2l (row g+8), 2l+1, 2l+1.
+                // 1. A hi/lo fragments (registers, wgmma's A operand)
                 uint32_t ahi[4 * KH], alo[4 * KH];
-#pragma unroll
-                for (int l = 0; l < KH; ++l) {
-                    const float4& x = st.x[l >> 1];
-                    const float4& y = st.y[l >> 1];
-                    split_tf32_rn(__float_as_uint((l & 1) ? x.z : x.x), ahi[4 * l + 0], alo[4 * l + 0]);
-                    split_tf32_rn(__float_as_uint((l & 1) ? y.z : y.x), ahi[4 * l + 1], alo[4 * l + 1]);
-                    split_tf32_rn(__float_as_uint((l & 1) ? x.w : x.y), ahi[4 * l + 2], alo[4 * l + 2]);
-                    split_tf32_rn(__float_as_uint((l & 1) ? y.w : y.y), ahi[4 * l + 3], alo[4 * l + 3]);
-                }
+                split_a_fragments<KH>(st.x, st.y, ahi, alo);
                 // 2. B hi/lo into slot rd_slot, chunks rd_part*KH*2/2 .. (the k8-steps of this part)
                 const int slot = TMA ? s : rd_slot;
-                const uint32_t bst = b_st0 + (uint32_t)(slot * SLOT);
-                const uint32_t cbase = (uint32_t)(rd_part * 4 * NV);  // first chunk index i of this part
-#pragma unroll
-                for (int u = 0; u < BPER; ++u) {
-                    // items past the tile's BN rows (only when BN*4 is not a multiple of NT) store nothing
-                    const bool on = BITEMS % NT == 0 || u + 1 < BPER || tid + NT * u < BITEMS;
-                    const uint32_t rowaddr = bst + (uint32_t)(u * (NT / 4) * 128);
-#pragma unroll
-                    for (int e = 0; e < 4 * NV; ++e) {
-                        const float4& bv = st.b[u][e >> 2];
-                        const float xe = (e & 3) == 0 ? bv.x : (e & 3) == 1 ? bv.y : (e & 3) == 2 ? bv.z : bv.w;
-                        uint32_t hi, lo;
-                        split_tf32_rn(__float_as_uint(xe), hi, lo);
-                        const uint32_t a = rowaddr ^ ((cbase + (uint32_t)e) << 4);
-                        st_smem_u32_if(a, hi, on);
-                        st_smem_u32_if(a + BUF, lo, on);
-                    }
-                }
+                store_b_hilo<NT, BITEMS, BUF>(st.b, b_st0 + (uint32_t)(slot * SLOT), (uint32_t)(rd_part * 4 * NV), tid);
                 V3_PHASE(1);  // shared loads, splits, hi/lo stores
                 // 3. make the generic-proxy stores visible to wgmma (async proxy), then to every warp
 #ifndef INFONCE_V3_NO_PROXY_FENCE
@@ -1134,22 +1165,10 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
                     if (it0 + s + PD < total) tma_issue(s);
                 }
                 V3_PHASE(6);  // TMA refill (thread 0)
-                // 4. KH k8-steps x 3 products
-                const int first = rd_kt == 0 && rd_part == 0;
-                const uint64_t dh = desc0 + (uint64_t)((slot * SLOT) >> 4) + (uint64_t)(2 * KH * rd_part);
-                const uint64_t dl = dh + (uint64_t)(BUF >> 4);
-#pragma unroll
-                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                wg_fence();
-#pragma unroll
-                for (int l = 0; l < KH; ++l) {
-                    const uint64_t o = (uint64_t)(2 * l);  // 32 bytes per k8-step, in 16-byte units
-                    Wgmma<BN>::mma(acc, alo[4 * l], alo[4 * l + 1], alo[4 * l + 2], alo[4 * l + 3], dh + o,
-                                   (first && l == 0) ? 0 : 1);
-                    Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dl + o, 1);
-                    Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh + o, 1);
-                }
-                wg_commit();
+                // 4. KH k8-steps x 3 products (KH <= 4: all in this slot's k-tile)
+                issue_3xtf32_batch<BN, KH>(acc, ahi, alo,
+                                           desc0 + (uint64_t)((slot * SLOT) >> 4) + (uint64_t)(2 * KH * rd_part), 0,
+                                           (uint64_t)(BUF >> 4), rd_kt == 0 && rd_part == 0);
                 V3_PHASE(3);  // wgmma issue
                 wg_wait<1>();  // the batch of the previous iteration is done (its A fragments are free)
 #pragma unroll
@@ -1290,49 +1309,14 @@ __global__ void __launch_bounds__(384, 1)
                             bv[u][v] = lds4(ra + (uint32_t)(RAW_A + min(rB0 + (NC / 4) * u, BN - 1) * 128) + cof);
                     }
                     uint32_t ahi[16], alo[16];
-#pragma unroll
-                    for (int l = 0; l < 4; ++l) {
-                        const float4& xa = x[l >> 1];
-                        const float4& ya = y[l >> 1];
-                        split_tf32_rn(__float_as_uint((l & 1) ? xa.z : xa.x), ahi[4 * l + 0], alo[4 * l + 0]);
-                        split_tf32_rn(__float_as_uint((l & 1) ? ya.z : ya.x), ahi[4 * l + 1], alo[4 * l + 1]);
-                        split_tf32_rn(__float_as_uint((l & 1) ? xa.w : xa.y), ahi[4 * l + 2], alo[4 * l + 2]);
-                        split_tf32_rn(__float_as_uint((l & 1) ? ya.w : ya.y), ahi[4 * l + 3], alo[4 * l + 3]);
-                    }
-                    const uint32_t bst = b_st0 + (uint32_t)(s * SLOT);
-#pragma unroll
-                    for (int u = 0; u < BPER; ++u) {
-                        const bool on = BITEMS % NC == 0 || u + 1 < BPER || tid + NC * u < BITEMS;
-                        const uint32_t rowaddr = bst + (uint32_t)(u * (NC / 4) * 128);
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) {
-                            const float4& b4 = bv[u][e >> 2];
-                            const float xe = (e & 3) == 0 ? b4.x : (e & 3) == 1 ? b4.y : (e & 3) == 2 ? b4.z : b4.w;
-                            uint32_t hi, lo;
-                            split_tf32_rn(__float_as_uint(xe), hi, lo);
-                            const uint32_t a = rowaddr ^ ((uint32_t)e << 4);
-                            st_smem_u32_if(a, hi, on);
-                            st_smem_u32_if(a + BUF, lo, on);
-                        }
-                    }
+                    split_a_fragments<4>(x, y, ahi, alo);
+                    store_b_hilo<NC, BITEMS, BUF>(bv, b_st0 + (uint32_t)(s * SLOT), 0u, tid);
                     fence_proxy_async_smem();
                     bar_sync_named(1, NC);  // the consumers only
                     V3_STAMP(2, it0 + s == 0);  // first k-tile split and stored
                     if (tid == 0) mbar_arrive(empty0 + 8u * (uint32_t)s);  // every consumer has read raw stage s
-                    const int first = rd_kt == 0;
-                    const uint64_t dh = desc0 + (uint64_t)((s * SLOT) >> 4), dl = dh + (uint64_t)(BUF >> 4);
-#pragma unroll
-                    for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                    wg_fence();
-#pragma unroll
-                    for (int l = 0; l < 4; ++l) {
-                        const uint64_t o = (uint64_t)(2 * l);
-                        Wgmma<BN>::mma(acc, alo[4 * l], alo[4 * l + 1], alo[4 * l + 2], alo[4 * l + 3], dh + o,
-                                       (first && l == 0) ? 0 : 1);
-                        Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dl + o, 1);
-                        Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh + o, 1);
-                    }
-                    wg_commit();
+                    issue_3xtf32_batch<BN, 4>(acc, ahi, alo, desc0 + (uint64_t)((s * SLOT) >> 4), 0,
+                                              (uint64_t)(BUF >> 4), rd_kt == 0);
                     wg_wait<1>();
 #pragma unroll
                     for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
@@ -1500,7 +1484,7 @@ __global__ void __launch_bounds__(256, 1)
     // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
     // fill fewer warps), from rows prefetched into L2 now.  Either way they are off the prologue's wait for memory.
     const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * (KTR - FG) / 32);
-    if (NG > 1) prefetch_cosine_rows(P, row0, BM, split, warp, NT / 32, lane);
+    if (NG > 1) positive_cosines<true>(P, row0, BM, split, warp, NT / 32, lane);
     b_split(0, 0u, NG == 1 ? 0 : -1);
     V3_STAMP(1, true);  // prologue done: B group 0 split and stored
 
@@ -1532,37 +1516,15 @@ __global__ void __launch_bounds__(256, 1)
                         x[2 * h + v] = lds4(ra + (uint32_t)(rl * 128) + cof);
                         y[2 * h + v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
                     }
-                // A hi/lo fragments in wgmma order (as infonce_wgmma_kernel, step 1), k8-step l of the iteration
                 uint32_t ahi[4 * KH], alo[4 * KH];
-#pragma unroll
-                for (int l = 0; l < KH; ++l) {
-                    const float4& xv = x[l >> 1];
-                    const float4& yv = y[l >> 1];
-                    split_tf32_rn(__float_as_uint((l & 1) ? xv.z : xv.x), ahi[4 * l + 0], alo[4 * l + 0]);
-                    split_tf32_rn(__float_as_uint((l & 1) ? yv.z : yv.x), ahi[4 * l + 1], alo[4 * l + 1]);
-                    split_tf32_rn(__float_as_uint((l & 1) ? xv.w : xv.y), ahi[4 * l + 2], alo[4 * l + 2]);
-                    split_tf32_rn(__float_as_uint((l & 1) ? yv.w : yv.y), ahi[4 * l + 3], alo[4 * l + 3]);
-                }
+                split_a_fragments<KH>(x, y, ahi, alo);
                 V3_PHASE(1);  // shared loads and splits
                 bar_sync_named(1 + wg, 128);  // the warpgroup's 128 threads have read stage s
                 V3_STAMP(2, it0 + s == 0);    // first stage read by warpgroup 0
                 V3_PHASE(2);  // warpgroup barrier
-                const int first = rd_ki == 0;
-                const uint64_t d0 = descB + (uint64_t)((rd_ki * KPI * 2 * BUF) >> 4);
-#pragma unroll
-                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                wg_fence();
-#pragma unroll
-                for (int l = 0; l < KH; ++l) {
-                    // k8-step l: k-tile l / 4 of the iteration, 32 bytes (2 x 16) per k8-step within it
-                    const uint64_t dh = d0 + (uint64_t)(((l >> 2) * 2 * BUF) >> 4) + (uint64_t)(2 * (l & 3));
-                    const uint64_t dl = dh + (uint64_t)(BUF >> 4);
-                    Wgmma<BN>::mma(acc, alo[4 * l], alo[4 * l + 1], alo[4 * l + 2], alo[4 * l + 3], dh,
-                                   (first && l == 0) ? 0 : 1);
-                    Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dl, 1);
-                    Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh, 1);
-                }
-                wg_commit();
+                // the iteration's KPI resident k-tiles, hi and lo copies 2 * BUF apart per k-tile
+                issue_3xtf32_batch<BN, KH>(acc, ahi, alo, descB + (uint64_t)((rd_ki * KPI * 2 * BUF) >> 4),
+                                           (uint64_t)((2 * BUF) >> 4), (uint64_t)(BUF >> 4), rd_ki == 0);
                 V3_PHASE(3);  // wgmma issue
                 if (it0 + s + PD < total) tma_issue(s);  // refill stage s for iteration it + PD, behind the batch
                 V3_PHASE(6);  // TMA refill (warpgroup thread 0)
