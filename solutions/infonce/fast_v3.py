@@ -2,8 +2,8 @@
 
 loss = mean_b softplus(lse_j(<q_b, n_j>/T) - pos_b),  pos_b = cos(q_b, p_b)/T   (as fast.py)
 
-Design (details and the error argument: docs/perf-notes/infonce.md, sections "Eighth session: fast_v3 (wgmma)"
-and "Ninth session"):
+Design (details and the error argument: docs/perf-notes/infonce.md, sections "Eighth session: fast_v3 (wgmma)",
+"Ninth session" and "Twelfth session"):
   * CTA = 2 warpgroups = 128 query rows x a contiguous range of BN-wide negative tiles (split-N).  Per
     iteration (a k-tile of 32 floats) thread 0's two tensor-map copies (TMA) bring the raw query and negatives
     tiles into a ring of stages in shared memory, PD k-tiles ahead; every thread reads its pieces back, splits
@@ -11,6 +11,10 @@ and "Ninth session"):
     registers (wgmma's A operand) and writes the negatives' parts once per CTA into a ring of hi/lo slots in the
     128-byte-swizzled K-major layout (wgmma's B operand, read through smem descriptors).  (The bench also builds
     the eighth session's variants that load straight to registers.)
+    Small problems (one n-tile per CTA, one wave, D <= 512 at BN = 40: the seed shape) run the B-resident kernel
+    instead: each CTA copies its whole negatives tile by TMA and splits it once into tf32 hi/lo in shared memory
+    (its first two k-tiles before the loop, the rest at the first iteration that reads them), so the K loop has
+    no B work and no CTA barrier: each warpgroup streams its own 64 query rows through its own ring.
     Each k8-step issues three wgmma.m64nBNk8.f32.tf32 (a_lo.b_hi, a_hi.b_lo, a_hi.b_hi, fast.py's order);
     one batch always waits behind the running one (wait_group 1).  A K permutation (identical for both
     operands) lets every thread use 16-byte loads and conflict-free 4-byte smem stores.
@@ -18,15 +22,16 @@ and "Ninth session"):
     touch memory.  Each CTA writes one (max, sum) per row; the last CTA of the grid (acq_rel ticket) merges them
     in split order with the positive cosines (computed by the block's CTAs during the pipeline fill) into
     softplus terms and adds them in a fixed order.  Deterministic, no spin waits; the counter resets itself.
-  * Tiles: 128 x 40 (seed 256 x 2560: 2 x 64 = 128 CTAs of one tile each) or 128 x 128 (big problems); the
-    host picks tile and split count with fast.py's wave model.  Inputs that cannot use 16-byte loads
+  * Tiles: 128 x 40, B-resident where it fits (seed 256 x 2560: 2 x 64 = 128 CTAs of one tile each), else
+    128 x 40 or 128 x 128 (big problems); the host picks tile and split count with fast.py's wave model.  Inputs that cannot use 16-byte loads
     (D % 4 != 0 or a misaligned base) run fast.py's mma.sync kernels (copied below as `legacy`).
   * The device code (`_kernel_src`) has no torch headers: benchmarks/standalone/infonce_bench.cu compiles the
     same string and calls the same plan()/launch().
 The workspace and its counters are persistent per device: do not run this op concurrently on two streams of
 one device (as fast.py). Built for sm_90a only (wgmma): it runs on H100/H200-class GPUs and nowhere else.
-Measured on the H200 (2026-12-01, standalone bench, ninth session): 4.87-5.10 ms at 4096x1024 N=65536 (fast.py
-8.71-8.78 ms in the same calls), 23.3-23.6 us at the seed shape (fast.py 27.8-28.1 us); every bench check passes.
+Measured on the H200 (2026-12-02, standalone bench, twelfth session): 4.86-4.88 ms at 4096x1024 N=65536 (fast.py
+8.72-8.78 ms in the same calls), 19.1-19.3 us at the seed shape (fast.py 27.8-28.2 us); every bench check passes.
+make eval run 825de696: 0.0200 ms at the seed shape, 4.928 ms at the big shape.
 """
 import torch
 import torch.nn as nn
