@@ -582,7 +582,7 @@ static int group_time_big() {
     std::vector<std::pair<std::string, Plan>> runs;
     runs.push_back({"v3 auto", v3_plan(P, infonce_v3::MODE_AUTO, -1, 0)});
     for (int vi = 1; vi < infonce_v3::kNumWgVariants; ++vi)
-        if (infonce_v3::kWgVariants[vi].bn >= 80 && infonce_v3::kWgVariants[vi].kind != infonce_v3::WG_BRES_PAIR)
+        if (infonce_v3::kWgVariants[vi].bn >= 80)
             runs.push_back({std::string("v3 var ") + std::to_string(vi), v3_plan(P, infonce_v3::MODE_WGMMA, vi, 0)});
     for (auto& r : runs) {
         const Plan pl = r.second;
@@ -696,8 +696,7 @@ static int group_probe() {
                 if (strcmp(infonce_v3::kWgVariants[vi].name, want) == 0) pv = vi;
         const Plan pl = v3_plan(P, pv < 0 ? infonce_v3::MODE_AUTO : infonce_v3::MODE_WGMMA, pv, 0);
         const char* names[infonce_v3::kStampSlots] = {"entry", "prologue done", "1st k-tile stored", "K loop done",
-                                                       "final ticket", "merged (last CTA)", "output (last CTA)",
-                                                       "group merged"};
+                                                       "ticket", "merged (last CTA)", "output (last CTA)", "-"};
         printf("stamps, v3 auto %s, grid %d: us after the stamp kernel; per slot: CTAs, min / p10 / p50 / p90 / max\n",
                plan_str(pl).c_str(), pl.grid);
         static unsigned long long h[infonce_v3::kStampCtas][infonce_v3::kStampSlots];

@@ -488,9 +488,7 @@ struct WgParams {
     int B, D, N, S, n_tiles;
     float scale2;
     double inv_t;
-    float* part;        // [S][B]: each split's log2-sum-exp2 of each row (finish_cta)
-    float* part2;       // [NG][B]: the same per group of G splits (two-level merge; NG = 0: one level)
-    int G, NG, m_tiles;
+    float2* part;       // [S][B]
     double* pos;        // [B]
     unsigned* counters; // [1], zero between launches
     float* out;
@@ -541,11 +539,6 @@ __device__ __forceinline__ void split_tf32_rn(uint32_t xbits, uint32_t& hi, uint
     lo = l;
 }
 
-__device__ __forceinline__ float ex2_approx(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 __device__ __forceinline__ float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 
 // Predicated forms (no branch around them; see the load lambda of the kernel for why).
@@ -582,34 +575,6 @@ __device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
-}
-// Thread-block clusters (the B-resident kernel's split-K pairs): this CTA's rank, a peer's address of a shared
-// variable, the cluster barrier in two halves, and the pieces of a one-way hand-off between two CTAs' shared memory
-// (an mbarrier arrive on the peer, a peer's wait, 16-byte stores into the peer that count bytes on its mbarrier).
-__device__ __forceinline__ int cluster_ctarank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return (int)r;
-}
-__device__ __forceinline__ uint32_t mapa_shared(uint32_t addr, int rank) {
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
-}
-__device__ __forceinline__ bool mbar_try_acquire_cluster(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    return done != 0;
-}
-__device__ __forceinline__ void st_async_v4(uint32_t cluster_addr, float a, float b, float c, float d, uint32_t cluster_bar) {
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
-                 ::"r"(cluster_addr), "f"(a), "f"(b), "f"(c), "f"(d), "r"(cluster_bar) : "memory");
 }
 __device__ __forceinline__ void sts4(uint32_t addr, const uint32_t (&v)[4]) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
@@ -822,8 +787,8 @@ struct Stage {
 // rows of q and p into L2 (one prefetch per 128 bytes), for a later call.
 template <bool kPrefetchOnly = false>
 __device__ __forceinline__ void positive_cosines(const WgParams& P, int row0, int BM, int split, int warp, int nwarps,
-                                                 int lane, int S_share = 0) {
-    const int B = P.B, D = P.D, S = S_share > 0 ? S_share : P.S;  // S_share: the CTAs sharing an m-tile's rows
+                                                 int lane) {
+    const int B = P.B, D = P.D, S = P.S;
     for (int r = split + S * warp; r < BM; r += S * nwarps) {
         const int row = row0 + r;
         if (row >= B) break;
@@ -897,56 +862,14 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
     }
 }
 
-// One row's merge of n partials src[k * ld], k in [0, n) (each l_k = a log2-sum-exp2, -inf for an empty one) into
-// (M, sum) with M the largest l_k and sum = sum_k 2^(l_k - M) >= 1 (or (-inf, 0) when all are empty), 16 loads in
-// flight per round.  Not inlined: both merge levels of finish_cta run this one copy, so the final merger (always the
-// last CTA of its group, which has just run the group merge) finds it in its instruction cache; the merges run once
-// per launch on a cold SM, where each instruction-cache miss is a trip to memory (the twelfth session's single merge
-// took 3-5 us at the seed shape, of which 2 us with a warm cache: 128 KB on one SM).
-// Numerics: each l_k is a float, within |l_k| 2^-24 + 1 ulp of log2 of its partial sum, so each term 2^(l_k - M)
-// carries a relative error of about ln2 (|l_k| + 1) 2^-24 (|l_k| <= log2(e)/T + log2(N): 2e-6 at T = 0.1) and the
-// terms' ex2.approx another 2^-22; the float sum of n positive terms adds about n 2^-24 relative.  Two levels
-// compose these (a group's l is formed from its members' in the same way): a few 1e-6 relative on the row's sum,
-// i.e. a few 1e-6 absolute on its lse, far inside the loss's 1e-4 tolerance.  NaN partials propagate (fmaxf skips
-// them, the sum does not).
-__device__ __noinline__ float2 merge_lse2(const float* src, int ld, int n) {
-    constexpr int kRound = 16;
-    float m = -INFINITY, sum = 0.f;
-#pragma unroll 1
-    for (int k0 = 0; k0 < n; k0 += kRound, src += (size_t)kRound * ld) {
-        float v[kRound];
-#pragma unroll
-        for (int u = 0; u < kRound; ++u) v[u] = k0 + u < n ? __ldcg(src + (size_t)u * ld) : -INFINITY;
-        float mr = m;
-#pragma unroll
-        for (int u = 0; u < kRound; ++u) mr = fmaxf(mr, v[u]);
-        const float mu = mr == -INFINITY ? 0.f : mr;  // nothing valid yet: every term is 2^-inf = 0
-        sum *= ex2_approx(m - mu);
-#pragma unroll
-        for (int u = 0; u < kRound; ++u) sum += ex2_approx(v[u] - mu);
-        m = mr;
-    }
-    return make_float2(m, sum);
-}
-
-// The end of the wgmma kernel: write this CTA's per-row partials, then merge them, deterministically and without
-// spin waits (tickets only decide who merges; every counter is reset by its last user).  NT = threads per CTA (all of
-// them take part in the barriers); threads tid < NM merge; MERGES = false compiles a copy without the merge loops
-// (for the producer warpgroup of the PROD kernel, whose copy runs under its own small register budget).  The CTA owns
-// rows [row0, row0 + BM) of m-tile mt and writes one float per row, l = m + log2(sum) of its (max, sum) (-inf when
-// it saw no valid column), to part[split][row].
-//   * One level (P.NG == 0, few splits): the last CTA of the grid (acq_rel ticket) merges every row's S partials.
-//   * Two levels (P.NG > 0 groups of P.G consecutive splits): the last CTA of each (m-tile, group) merges that group's
-//     partials of the m-tile's rows into part2[group][row] and takes the grid-wide ticket; the last of those merges
-//     every row's NG group partials.  The single merging SM then reads NG floats per row instead of S (at the seed
-//     shape 8 instead of 64), and the group merges run on many SMs at once as CTAs finish.
-// The final merger forms softplus(lse - pos) per row with the positive cosines (computed by the m-tile's CTAs during
-// the pipeline fill) and adds the rows in a fixed order.
+// The end of the wgmma kernel: write this CTA's per-row (max, sum) partials; the last CTA of the grid (one
+// acq_rel ticket) merges every row and writes the mean loss.  NT = threads per CTA (all of them take part in the
+// barriers).  Threads tid < NM merge the rows; MERGES = false compiles a copy without the merge loop (for the
+// producer warpgroup of the PROD kernel, whose copy runs under its own small register budget).
 template <int NT, int NM = NT, bool MERGES = true>
 __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2], int rA,
-                                           bool writer, int split, int mt, int row0, int BM, double* s_wsum,
-                                           int* s_flag) {
-    // The quad shares the max; add the quad's sums (lane c == 0 of the quad writes).
+                                           bool writer, int split, double* s_wsum, int* s_flag) {
+    // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums (lane c == 0 of the quad writes).
     const int B = P.B, S = P.S;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 #pragma unroll
@@ -955,63 +878,65 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const int row = rA + 8 * h;
-        if (writer && row < B) P.part[(size_t)split * B + row] = sum > 0.f ? run_m[h] + log2f(sum) : -INFINITY;
+        if (writer && row < B) P.part[(size_t)split * B + row] = make_float2(run_m[h], sum);
     }
-#ifdef INFONCE_V3_BISECT_NO_MERGE  // probe build only: no tickets, no merge (the output is wrong; timing only)
-    return;
-#endif
 
-    // A ticket: the barrier orders every thread's writes (partials, positive cosines) before thread 0's acq_rel
-    // atomic at gpu scope, whose release half makes them visible to whoever acquires a later value of the counter
-    // (release is cumulative over what the barrier made thread 0 observe); the winner's acquire half, then the barrier,
-    // orders its CTA's reads (through L2, ld.cg) after every earlier CTA's writes.  (Until the thirteenth session a
-    // fence.sc.gpu preceded the atomic and every thread of the winner ran another: two of the heaviest fences, on the
-    // serial tail, for an ordering the acq_rel atomic already gives.)  Returns whether this CTA drew the last of
-    // `count` tickets of `counter`.
-    auto last_of = [&](unsigned* counter, unsigned count) {
-        __syncthreads();
-        if (tid == 0) *s_flag = atom_add_acq_rel_gpu(counter, 1u) == count - 1;
-        __syncthreads();
-        return *s_flag != 0;
-    };
-    const int NG = P.NG;
-    const float* src = P.part;  // the final merge's partials: [S][B], or [NG][B] after the group merges
-    int nsrc = S;
-    if (NG > 0) {
-        // the group's CTAs: its splits of this m-tile, times the CTAs per split (2 for the split-K pairs)
-        const int g = split / P.G, gsize = min(P.G, S - g * P.G);
-        const unsigned per_split = gridDim.x / (unsigned)(P.m_tiles * S);
-        unsigned* gctr = P.counters + 1 + (size_t)mt * NG + g;
-        if (!last_of(gctr, (unsigned)gsize * per_split)) return;
-        const int rows = min(BM, B - row0);
-#pragma unroll 1
-        for (int r = tid; MERGES && r < rows; r += NM) {
-            const int row = row0 + r;
-            const float2 ms = merge_lse2(P.part + (size_t)g * P.G * B + row, B, gsize);
-            P.part2[(size_t)g * B + row] = ms.y > 0.f ? ms.x + log2f(ms.y) : -INFINITY;
-        }
-        if (tid == 0) *gctr = 0u;  // all of this group's CTAs have drawn
-        src = P.part2, nsrc = NG;
-        V3_STAMP(7, true);  // group merged
+    // One ticket: the last CTA to finish merges every row.  The barrier orders every thread's writes (partials,
+    // positive cosines) before thread 0's gpu-scope fence and acq_rel atomic (the cooperative-groups grid-sync
+    // pattern); the merging CTA reads them through L2 (ld.cg) after its own acquire.  (Until the ninth session the
+    // last CTA of each m-tile merged its rows and a second ticket summed the m-tiles: 8.2 us of serial tail at the
+    // seed shape, by %globaltimer stamps; this is one ticket and one merge.)
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        *s_flag = atom_add_acq_rel_gpu(P.counters, 1u) == gridDim.x - 1;
     }
-    if (!last_of(P.counters, NG > 0 ? (unsigned)(P.m_tiles * NG) : gridDim.x)) return;
-    V3_STAMP(4, true);  // final ticket taken
+    __syncthreads();
+    V3_STAMP(4, true);  // ticket taken
+    if (!*s_flag) return;
+    __threadfence();
 
-    // Thread t owns rows t, t + NM, ...  x = lse - pos is formed in double from the float (M, sum) and the double
-    // positive logit (the merged sum is >= 1, so log2f of it is well conditioned), and softplus(x) =
+    // Thread t owns rows t, t + NT, ...: it merges a row's S partials in split order, kMergeChunk loads in flight
+    // (two rounds at the seed shape), into a (max, sum) with the sum in float.  This code runs once per launch on
+    // one SM, so it starts with a cold instruction cache: it is kept short (rolled loops, no double-precision
+    // library calls), which the ninth session's stamps showed to matter more than its arithmetic.
+    // Numerics: the sum is of S positive terms, so in float it is within about S x 2^-24 relative of the exact sum
+    // (8e-6 at S = 132; the plan's S stays near the SM count), and the loss's relative error from a relative error e
+    // of the sum is at most e (a log, then softplus, whose slope is below 1): far inside the 1e-4 tolerance.  (It
+    // was a double sum until the eleventh session: 16,384 float-to-double conversions and double FMAs on the one
+    // merging SM, about 1 us of the seed shape's tail.)  The merged sum is >= 1 (the partial holding the row's max
+    // contributes exp2(0) * its own sum >= 1), so log2f of it is well conditioned (absolute error ~1e-6 at most);
+    // x = lse - pos is formed in double from the exact float max and the double positive logit, and softplus(x) =
     // max(x, 0) + log1p(e^-|x|) keeps full relative accuracy when the loss is tiny (log1pf and expf: ~1e-7).
     constexpr double LN2 = 0.69314718055994530942;
+    constexpr int kMergeChunk = 32;  // 64 was slower (twelfth session, BRES kernel: 4.4 us of merge against 2.8)
     // The merge's pointers and sizes in registers: left to itself ptxas may reload them from the kernel parameters
     // (constant bank, cold on this SM) for every load (the PROD kernel's SASS: 64 LDC before the 32 loads).
+    const float2* part = P.part;
     const double* pos = P.pos;
-    int nB = B;
-    asm volatile("" : "+l"(src), "+l"(pos), "+r"(nB), "+r"(nsrc));
+    int nB = B, nS = S;
+    asm volatile("" : "+l"(part), "+l"(pos), "+r"(nB), "+r"(nS));
     double tloss = 0.0;
 #pragma unroll 1
     for (int row = tid; MERGES && row < nB; row += NM) {
         const double pv = __ldcg(pos + row);
-        const float2 ms = merge_lse2(src + row, nB, nsrc);
-        const double x = ((double)ms.x + (double)log2f(ms.y)) * LN2 - pv;
+        float m = -INFINITY, sum = 0.f;
+#pragma unroll 1
+        for (int k0 = 0; k0 < nS; k0 += kMergeChunk) {
+            float2 v[kMergeChunk];
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u)
+                v[u] = k0 + u < nS ? __ldcg(part + (size_t)(k0 + u) * nB + row) : make_float2(-INFINITY, 0.f);
+            float mr = m;
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u) mr = fmaxf(mr, v[u].x);  // an empty partial is (-inf, 0)
+            const float mu = mr == -INFINITY ? 0.f : mr;
+            sum *= exp2f(m - mu);
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u) sum = fmaf(v[u].y, exp2f(v[u].x - mu), sum);
+            m = mr;
+        }
+        const double x = ((double)m + (double)log2f(sum)) * LN2 - pv;
         const double loss = (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
         if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
         tloss += loss;
@@ -1279,7 +1204,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     wg_wait<0>();  // (already done by the last fold; keeps the wgmma pipeline closed on every path)
     V3_STAMP(3, true);  // K loop and last fold done
 
-    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, mt, row0, BM, s_wsum, &s_flag);
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
 }
 
 
@@ -1359,7 +1284,7 @@ __global__ void __launch_bounds__(384, 1)
         __syncwarp();
         // Positive term for this m-tile's rows with row % S == split, off the consumers' path.
         positive_cosines(P, row0, BM, split, warp - NC / 32, 4, lane);
-        finish_cta<NT, NC, false>(P, run_m, run_s, rA, false, split, mt, row0, BM, s_wsum, &s_flag);  // barriers only
+        finish_cta<NT, NC, false>(P, run_m, run_s, rA, false, split, s_wsum, &s_flag);  // barriers only
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
         V3_STAMP(1, true);  // prologue done
@@ -1413,46 +1338,10 @@ __global__ void __launch_bounds__(384, 1)
         }
         wg_wait<0>();
         V3_STAMP(3, true);  // K loop and last fold done
-        finish_cta<NT, NC>(P, run_m, run_s, rA, c == 0, split, mt, row0, BM, s_wsum, &s_flag);  // the merge, under 224
-                                                                                          // registers
+        finish_cta<NT, NC>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);  // the merge, under 224 registers
     }
 }
 
-
-// The split-K pair's hand-off of one warpgroup's accumulators (the B-resident kernel with CK = 2; all 128 threads of
-// the warpgroup, after its last wgmma of the tile).  The receiver (warpgroup w of the CTA of rank w) lends its own
-// A ring, free once its loop is done: its thread 0 expects the bytes on `bars` (data in) and arrives on the peer's
-// `bars + 8` (peer ready); the sender (warpgroup w of the other CTA) waits for that, then stores its NACC floats per
-// thread with st.async into the ring ([float4 i][thread], conflict-free), which counts them on the receiver's
-// mbarrier; the receiver waits for all of them and adds them to its own.  Float addition commutes, so both ranks'
-// receivers add their two halves of K with the same result bits.  One use per launch: parity 0.  The cluster barrier
-// (arrived after the mbarriers' init) orders the init before any peer's access.
-template <int NACC>
-__device__ __forceinline__ void pair_exchange(float (&acc)[NACC], bool receiver, int rank, uint32_t ring, uint32_t bars) {
-    const int t = threadIdx.x & 127;
-    const uint32_t slot = ring + (uint32_t)(t * 16);
-    cluster_wait();
-    if (receiver) {
-        if (t == 0) {
-            mbar_arrive_expect_tx(bars, (uint32_t)(NACC * 128 * 4));
-            mbar_arrive_remote(mapa_shared(bars + 8u, rank ^ 1));
-        }
-        while (!mbar_try_acquire_cluster(bars, 0u)) {
-        }
-#pragma unroll
-        for (int i = 0; i < NACC / 4; ++i) {
-            const float4 v = lds4(slot + (uint32_t)(i * 128 * 16));
-            acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
-        }
-    } else {
-        while (!mbar_try_acquire_cluster(bars + 8u, 0u)) {
-        }
-        const uint32_t dst = mapa_shared(slot, rank ^ 1), bar = mapa_shared(bars, rank ^ 1);
-#pragma unroll
-        for (int i = 0; i < NACC / 4; ++i)
-            st_async_v4(dst + (uint32_t)(i * 128 * 16), acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3], bar);
-    }
-}
 
 // BRES (twelfth session): the negatives tile resident in shared memory.  The kernels above split each k-tile of B
 // inside the K loop, behind a CTA-wide barrier per k-tile; the eleventh session's ncu and stamps put the loop's time
@@ -1468,14 +1357,7 @@ __device__ __forceinline__ void pair_exchange(float (&acc)[NACC], bool receiver,
 // Measured (twelfth session, standalone bench, seed shape): 19.1-19.3 us against the 40-wide TMA kernel's 22.2-22.5;
 // by stamps the prologue ends 2.3 us after entry and the K loop takes 9.7 us (13.6 before), 1.3 us of it the split
 // of B's second group.
-// CK = 2 (thirteenth session): split-K over a cluster of two CTAs.  Both CTAs of a pair take the same 128 x BN tile,
-// rank r the r-th half of the k-tiles (so a 80-wide tile's hi/lo fits where a 40-wide one did: twice the columns per
-// A fragment split and per wgmma, half the partials per row for the merge).  After the loop each CTA's warpgroup
-// w != r sends its accumulators (16-byte st.async into the peer's warpgroup-w A ring, bytes counted on the peer's
-// mbarrier) and warpgroup w == r adds the peer's to its own and folds the finished 64 x BN logits.  Hand-off only:
-// the receiver arrives on the sender's mbarrier once its ring is free; nothing else waits across CTAs.  The
-// plan gives such a CTA exactly one n-tile.
-template <int BN, int PD, int KPI, int FG, int CK = 1>
+template <int BN, int PD, int KPI, int FG>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                               const WgParams P) {
@@ -1487,12 +1369,10 @@ __global__ void __launch_bounds__(256, 1)
     static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
     static_assert(PD >= 2 && (KPI == 1 || KPI == 2), "stages, k-tiles per stage");
     static_assert(FG % KPI == 0 && FG > 0, "B group 0 is a whole number of iterations");
-    static_assert(CK == 1 || (CK == 2 && NACC * 128 * 4 <= PD * RAW_A), "split-K pair: the accumulators fit a ring");
     extern __shared__ unsigned char smem_raw[];
     __shared__ double s_wsum[NT / 32];
     __shared__ int s_flag;
-    // warpgroup w's stage s: s_full[w * PD + s]; CK == 2: then the hand-off's two (data in, peer ready)
-    __shared__ alignas(8) unsigned long long s_full[2 * PD + (CK == 2 ? 2 : 0)];
+    __shared__ alignas(8) unsigned long long s_full[2 * PD];  // warpgroup w's stage s: s_full[w * PD + s]
     __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
 
     V3_STAMP(0, true);  // entry
@@ -1501,18 +1381,13 @@ __global__ void __launch_bounds__(256, 1)
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
     const int B = P.B, D = P.D, N = P.N, S = P.S;
     const int m_tiles = (B + BM - 1) / BM;
-    unsigned cl = blockIdx.x;  // CK == 2: the pair's index and this CTA's half of K
-    int rank = 0;
-    if constexpr (CK == 2) cl = blockIdx.x >> 1, rank = cluster_ctarank();
-    const int mt = cl % m_tiles, split = cl / m_tiles;
+    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;
     const int row0 = mt * BM;
     const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // 32-bit, warp-uniform (see infonce_wgmma_kernel)
     const int t_begin = split * t_q + min(split, t_r);
     const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
-    // iterations per n-tile (CK == 2: of this CTA's half of the k-tiles)
-    const int KI = CK == 1 ? (D + 32 * KPI - 1) / (32 * KPI) : (((D + 31) / 32 + 1) / 2 + KPI - 1) / KPI;
+    const int KI = (D + 32 * KPI - 1) / (32 * KPI);  // iterations per n-tile
     const int KTR = KI * KPI;                         // k-tiles of the resident B tile (past D: zeros)
-    const int kofs = rank * KTR * 32;                 // this CTA's first column of K
     const int total = (t_end - t_begin) * KI;         // iterations of each warpgroup
     const int rA = row0 + 64 * wg + 16 * wq + g;
 
@@ -1545,7 +1420,7 @@ __global__ void __launch_bounds__(256, 1)
             mbar_arrive_expect_tx(bbar(grp), (uint32_t)((k1 - k0) * BUF));
 #pragma unroll 1
             for (int kt = k0; kt < k1; ++kt)
-                tma_load_2d(b_res + (uint32_t)(kt * 2 * BUF + BUF), &tmB, kofs + kt * 32, tile * BN, bbar(grp));
+                tma_load_2d(b_res + (uint32_t)(kt * 2 * BUF + BUF), &tmB, kt * 32, tile * BN, bbar(grp));
         }
     };
     // Split group grp (parity: the tile's use of the group's barrier).  With cos_warp0 >= 0 the warps from cos_warp0
@@ -1553,7 +1428,7 @@ __global__ void __launch_bounds__(256, 1)
     auto b_split = [&](int grp, uint32_t parity, int cos_warp0) {
         const int k0 = grp == 0 ? 0 : FG, items = BN * ((grp == 0 ? min(FG, KTR) : KTR) - k0);
         if (cos_warp0 >= 0 && warp >= cos_warp0)
-            positive_cosines(P, row0, BM, split * CK + rank, warp - cos_warp0, NT / 32 - cos_warp0, lane, S * CK);
+            positive_cosines(P, row0, BM, split, warp - cos_warp0, NT / 32 - cos_warp0, lane);
         while (!mbar_try(bbar(grp), parity)) {  // unbounded, as the A stages
         }
         // One item per thread at a time (two or three in flight made ptxas spill: 1-2 us slower at the seed shape).
@@ -1592,7 +1467,7 @@ __global__ void __launch_bounds__(256, 1)
             mbar_arrive_expect_tx(bar, (uint32_t)RAW_A);
 #pragma unroll
             for (int h = 0; h < KPI; ++h)
-                tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, kofs + (ld_kt + h) * 32, row0 + 64 * wg, bar);
+                tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (ld_kt + h) * 32, row0 + 64 * wg, bar);
         }
         ld_kt += KPI;
         if (ld_kt == KTR) ld_kt = 0;
@@ -1602,11 +1477,9 @@ __global__ void __launch_bounds__(256, 1)
         for (int s = 0; s < 2 * PD; ++s) mbar_init(smem_u32(&s_full[0]) + 8u * (uint32_t)s, 1u);
 #pragma unroll 1
         for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
-        if constexpr (CK == 2) mbar_init(smem_u32(&s_full[2 * PD]), 1u), mbar_init(smem_u32(&s_full[2 * PD + 1]), 1u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    if constexpr (CK == 2) cluster_arrive();  // the peer may use this CTA's mbarriers after its matching wait
     b_copy(t_begin, 0);  // in the order they are needed: B group 0, the first A stages, B group 1
 #pragma unroll
     for (int s = 0; s < PD; ++s)
@@ -1616,7 +1489,7 @@ __global__ void __launch_bounds__(256, 1)
     // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
     // fill fewer warps), from rows prefetched into L2 now.  Either way they are off the prologue's wait for memory.
     const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * (KTR - FG) / 32);
-    if (NG > 1) positive_cosines<true>(P, row0, BM, split * CK + rank, warp, NT / 32, lane, S * CK);
+    if (NG > 1) positive_cosines<true>(P, row0, BM, split, warp, NT / 32, lane);
     b_split(0, 0u, NG == 1 ? 0 : -1);
     V3_STAMP(1, true);  // prologue done: B group 0 split and stored
 
@@ -1668,8 +1541,7 @@ __global__ void __launch_bounds__(256, 1)
                     wg_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                    if constexpr (CK == 2) pair_exchange(acc, wg == rank, rank, a_ring, smem_u32(&s_full[2 * PD]));
-                    if (CK == 1 || wg == rank) fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
+                    fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
                     rd_ki = 0;
                     if (++rd_tile < t_end) {  // the next n-tile (forced splits only): both warpgroups are done with B
                         __syncthreads();
@@ -1685,21 +1557,20 @@ __global__ void __launch_bounds__(256, 1)
     V3_PHASE_STORE();
     wg_wait<0>();
     V3_STAMP(3, true);  // K loop and last fold done
-    finish_cta<NT>(P, run_m, run_s, rA, c == 0 && (CK == 1 || wg == rank), split, mt, row0, BM, s_wsum, &s_flag);
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
 // Host side (CUDA runtime only): tile variants, the plan (path, variant, split count, workspace layout), launch.
 // ------------------------------------------------------------------------------------------------------------
 typedef void (*WgKernel)(const CUtensorMap, const CUtensorMap, const WgParams);
-enum WgKind { WG_PLAIN = 0, WG_PROD = 1, WG_BRES = 2, WG_BRES_PAIR = 3 };
+enum WgKind { WG_PLAIN = 0, WG_PROD = 1, WG_BRES = 2 };
 
 struct WgVariant {
     const char* name;
     int wgs, bn, pd, kh;  // warpgroups per CTA, tile N, prefetch depth (iterations; TMA: raw stages), k8-steps/iteration
     bool tma;             // raw tiles by tensor-map copies (else per-thread loads to registers)
-    int kind;  // WG_PLAIN; WG_PROD (a producer warpgroup: 128 more threads); WG_BRES (B tile resident); WG_BRES_PAIR
-               // (B tile resident, split-K over a 2-CTA cluster: half the tile's K per CTA)
+    int kind;             // WG_PLAIN; WG_PROD (a producer warpgroup: 128 more threads); WG_BRES (B tile resident)
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
@@ -1724,9 +1595,6 @@ static const WgVariant kWgVariants[] = {
     {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, WG_PLAIN, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
     {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, WG_PLAIN, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
     {"tma_n80_s4", 2, 80, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
-    {"pair_n80_s2k2", 2, 80, 2, 8, true, WG_BRES_PAIR, infonce_wgmma_bres_kernel<80, 2, 2, 2, 2>, 1.00, false},
-    {"pair_n80_s4k1", 2, 80, 4, 4, true, WG_BRES_PAIR, infonce_wgmma_bres_kernel<80, 4, 1, 2, 2>, 1.00, false},
-    {"pair_n80_s3k1", 2, 80, 3, 4, true, WG_BRES_PAIR, infonce_wgmma_bres_kernel<80, 3, 1, 2, 2>, 1.00, false},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
@@ -1734,10 +1602,8 @@ constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]
 // hi/lo B ring (3 slots; TMA: one per stage), TMA raw stages (A and B tiles of 32 floats per row), 1 KB of alignment
 // slack.  WG_BRES: two A rings of 64-row stages and the whole BN x D tile as hi/lo (so it depends on D).
 inline long long wg_smem_bytes(const WgVariant& v, int D) {
-    if (v.kind == WG_BRES || v.kind == WG_BRES_PAIR) {  // kh / 4 k-tiles per stage; the resident tile is a whole
-        // number of stages deep (a pair: of half the k-tiles)
-        const long long kpi = v.kh / 4, kt = (D + 31) / 32, kth = v.kind == WG_BRES_PAIR ? (kt + 1) / 2 : kt;
-        const long long ktr = (kth + kpi - 1) / kpi * kpi;
+    if (v.kind == WG_BRES) {  // kh / 4 k-tiles per stage; the resident tile is a whole number of stages deep
+        const long long kpi = v.kh / 4, ktr = (D + 32 * kpi - 1) / (32 * kpi) * kpi;
         return 2LL * v.pd * kpi * 64 * 128 + ktr * 2 * v.bn * 128 + 1024;
     }
     return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
@@ -1780,9 +1646,7 @@ struct Plan {
     int variant = 0;    // path 0: index into kWgVariants; path 1: 0 = 128x128 tile, 1 = 64x80 tile
     bool vec4 = false;  // 16-byte loads possible (D % 4 == 0 and all three bases 16-byte aligned)
     int S = 1, m_tiles = 1, n_tiles = 1, grid = 1, threads = 0, smem = 0;
-    int cluster = 1;    // CTAs per cluster (WG_BRES_PAIR: 2, consecutive blocks)
-    int G = 0, NG = 0;  // path 0: the two-level merge's group size and group count (NG = 0: one level)
-    size_t off_pos = 0, off_part = 0, off_part2 = 0, ws_bytes = 0;  // workspace layout (bytes)
+    size_t off_pos = 0, off_part = 0, ws_bytes = 0;  // workspace layout (bytes)
     int counters = 1;                                              // zeroed unsigned counters needed
 };
 
@@ -1818,18 +1682,14 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
             // B resident: made for small problems, one n-tile per CTA in one wave (each further tile of a CTA is
             // loaded and split in turn, with the loop stopped)
             if (v.kind == WG_BRES && variant < 0 && mt * nt > sms) continue;
-            // split-K pairs: two CTAs per tile, always one n-tile per CTA (the hand-off is once per launch)
-            const bool pair = v.kind == WG_BRES_PAIR;
-            if (pair && variant < 0 && 2 * mt * nt > sms) continue;
             const long long s_max = std::min<long long>(nt, 1024);
             for (long long s = 1; s <= s_max; ++s) {
-                if (splits > 0 && !pair && s != std::min<long long>(splits, s_max)) continue;
-                if (((v.kind == WG_BRES && variant < 0) || pair) && s != nt) continue;
-                if (mt * s > 0x3fffffffLL) break;
-                const long long ctas = (pair ? 2 : 1) * mt * s;
-                const long long waves = (ctas + (long long)sms * per_sm - 1) / ((long long)sms * per_sm);
+                if (splits > 0 && s != std::min<long long>(splits, s_max)) continue;
+                if (v.kind == WG_BRES && variant < 0 && s != nt) continue;
+                if (mt * s > 0x7fffffffLL) break;
+                const long long waves = (mt * s + (long long)sms * per_sm - 1) / ((long long)sms * per_sm);
                 const long long per_cta = (nt + s - 1) / s;
-                const double t = (double)waves * (double)per_cta * BM * v.bn / (pair ? 2 : 1) / per_sm / v.eff;
+                const double t = (double)waves * (double)per_cta * BM * v.bn / per_sm / v.eff;
                 if (t < best_t * 0.97) {  // > 3% better: else fewer splits and earlier variants win near-ties
                     best_t = t;
                     pl.variant = vi;
@@ -1844,7 +1704,6 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.threads = 128 * v.wgs + (v.kind == WG_PROD ? 128 : 0);
         pl.smem = (int)wg_smem_bytes(v, D);
         pl.counters = 1;
-        pl.cluster = v.kind == WG_BRES_PAIR ? 2 : 1;
     } else {
         const LegacyCfg cfgs[2] = {legacy_cfg<INFONCE_V3_LEGACY_BIG>(1.0), legacy_cfg<INFONCE_V3_LEGACY_SMALL>(0.7)};
         int best_c = 0, best_S = 1;
@@ -1870,23 +1729,10 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.smem = c.smem;
         pl.counters = 1;
     }
-    pl.grid = (int)std::min<long long>((long long)pl.cluster * pl.m_tiles * pl.S, 0x7fffffffLL);
+    pl.grid = (int)std::min<long long>((long long)pl.m_tiles * pl.S, 0x7fffffffLL);
     pl.off_pos = 0;
-    // The wgmma path merges in two levels when there are many splits: groups of about sqrt(S) consecutive splits
-    // (the seed shape: 8 groups of 8), so that the last CTA reads NG partials per row instead of S.
-#ifndef INFONCE_V3_ONE_LEVEL  // (a bench build times the one-level merge)
-    if (pl.path == 0 && pl.S > 16) {
-        pl.G = (int)ceil(sqrt((double)pl.S));
-        pl.NG = (pl.S + pl.G - 1) / pl.G;
-        pl.counters = 1 + pl.m_tiles * pl.NG;
-    }
-#endif
     pl.off_part = align256((size_t)B * sizeof(double));
-    // the partials: the wgmma path's [S][B] floats (and [NG][B] group partials after them), the legacy kernels'
-    // [S][B] float2
-    pl.off_part2 = pl.off_part + align256((size_t)pl.S * B * sizeof(float));
-    pl.ws_bytes = std::max(pl.off_part + align256((size_t)pl.S * B * sizeof(float2)),
-                           pl.off_part2 + align256((size_t)pl.NG * B * sizeof(float)));
+    pl.ws_bytes = pl.off_part + align256((size_t)pl.S * B * sizeof(float2));
     return pl;
 }
 
@@ -1941,30 +1787,13 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.q = q, P.p = p, P.n = n;
         P.B = B, P.D = D, P.N = N, P.S = pl.S, P.n_tiles = pl.n_tiles;
         P.scale2 = scale2, P.inv_t = inv_t;
-        P.part = reinterpret_cast<float*>(part), P.part2 = reinterpret_cast<float*>(w + pl.off_part2);
-        P.G = pl.G, P.NG = pl.NG, P.m_tiles = pl.m_tiles;
-        P.pos = pos, P.counters = counters, P.out = out;
+        P.part = part, P.pos = pos, P.counters = counters, P.out = out;
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
         CUtensorMap tmA = {}, tmB = {};
         if (v.tma) {
-            // BRES: a box per warpgroup
-            e = encode_rows_map(&tmA, q, B, D, v.kind == WG_BRES || v.kind == WG_BRES_PAIR ? 64 : 64 * v.wgs);
+            e = encode_rows_map(&tmA, q, B, D, v.kind == WG_BRES ? 64 : 64 * v.wgs);  // BRES: a box per warpgroup
             if (e == cudaSuccess) e = encode_rows_map(&tmB, n, N, D, v.bn);
             if (e != cudaSuccess) return e;
-        }
-        if (pl.cluster > 1) {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3((unsigned)pl.grid);
-            cfg.blockDim = dim3((unsigned)pl.threads);
-            cfg.dynamicSmemBytes = (size_t)pl.smem;
-            cfg.stream = stream;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = (unsigned)pl.cluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
-            e = cudaLaunchKernelEx(&cfg, v.kern, tmA, tmB, P);
-            return e != cudaSuccess ? e : cudaGetLastError();
         }
         v.kern<<<pl.grid, pl.threads, pl.smem, stream>>>(tmA, tmB, P);
         return cudaGetLastError();
