@@ -2,6 +2,9 @@
 # Build the standalone benches (no torch): bash benchmarks/standalone/build.sh [OUT_DIR]
 # (OUT_DIR defaults to benchmarks/standalone/bin, which is git-ignored and carried to the GPU machine.)
 # Shipped kernels are extracted from their solution files, so the benches time the shipped code.
+# BASE=<git revision> also builds ce_stream_base and infonce_bench_base from that revision's solution files and
+# bench sources (in OUT_DIR/base), so that one device call can time the code before and after a change side by side:
+# across calls the GPU machines differ by 1-2%, more than most changes are worth.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -9,8 +12,24 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 bin=${1:-$here/bin}
 gen="$bin/gen"
 mkdir -p "$bin" "$gen"
-python3 "$here/extract_src.py" "$root/solutions/cross_entropy/fast_v3.py" "$gen/ce_v3.cuh"
-python3 "$here/extract_src.py" "$root/solutions/softmax/fast_v4.py" "$gen/softmax_v4.cuh" _v1_kernels_src _v4_kernels_src
+# The device strings of the solution files under SRC_ROOT, as headers in GEN_DIR.  InfoNCE: fast_v3's device string as
+# is; fast.py's string is one torch extension source, so only its device part (its anonymous namespace, everything
+# before the torch host function) is kept.
+gen_headers() {  # SRC_ROOT GEN_DIR
+    local src=$1 out=$2
+    python3 "$here/extract_src.py" "$src/solutions/cross_entropy/fast_v3.py" "$out/ce_v3.cuh"
+    python3 "$here/extract_src.py" "$src/solutions/softmax/fast_v4.py" "$out/softmax_v4.cuh" _v1_kernels_src _v4_kernels_src
+    python3 "$here/extract_src.py" "$src/solutions/infonce/fast_v3.py" "$out/infonce_v3.cuh"
+    python3 "$here/extract_src.py" "$src/solutions/infonce/fast.py" "$out/infonce_fast_full.cuh" _cuda_src
+    python3 - "$out/infonce_fast_full.cuh" "$out/infonce_fast_dev.cuh" <<'EOF_PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines(keepends=True)
+start = lines.index("namespace {\n")
+end = lines.index("}  // namespace\n", start)
+open(sys.argv[2], "w").write("".join(lines[start:end + 1]))
+EOF_PY
+}
+gen_headers "$root" "$gen"
 for src in "$here"/*.cu; do
     name=$(basename "$src" .cu)
     case "$name" in infonce_bench|wgmma_rate) continue ;; esac  # need sm_90a (wgmma): built below
@@ -19,17 +38,6 @@ for src in "$here"/*.cu; do
         cat "$bin/$name.ptxas.txt"; exit 1; }
 done
 
-# InfoNCE: fast_v3's device string as is; fast.py's string is one torch extension source, so only its device part
-# (its anonymous namespace, everything before the torch host function) is kept.
-python3 "$here/extract_src.py" "$root/solutions/infonce/fast_v3.py" "$gen/infonce_v3.cuh"
-python3 "$here/extract_src.py" "$root/solutions/infonce/fast.py" "$gen/infonce_fast_full.cuh" _cuda_src
-python3 - "$gen/infonce_fast_full.cuh" "$gen/infonce_fast_dev.cuh" <<'EOF_PY'
-import sys
-lines = open(sys.argv[1]).read().splitlines(keepends=True)
-start = lines.index("namespace {\n")
-end = lines.index("}  // namespace\n", start)
-open(sys.argv[2], "w").write("".join(lines[start:end + 1]))
-EOF_PY
 # The bench and its two diagnostic builds (see the probe group in infonce_bench.cu), two at a time.
 build_infonce() {  # NAME EXTRA_FLAGS...
     local name=$1; shift
@@ -45,3 +53,18 @@ build_infonce infonce_probe_tma255 -DINFONCE_BENCH_PROBE -DINFONCE_V3_STAMPS -DI
 "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -Xptxas -v -I"$here" -I"$gen" \
     -o "$bin/wgmma_rate" "$here/wgmma_rate.cu" 2> "$bin/wgmma_rate.ptxas.txt" || { cat "$bin/wgmma_rate.ptxas.txt"; exit 1; }
 wait -n && wait -n
+
+# BASE: the same two benches from another revision (its own bench sources, which match its solution files).
+if [ -n "${BASE:-}" ]; then
+    tree="$bin/base/tree"
+    rm -rf "$tree" && mkdir -p "$tree"
+    git -C "$root" archive "$BASE" solutions benchmarks/standalone | tar -x -C "$tree"
+    gen_headers "$tree" "$bin/base"
+    sa="$tree/benchmarks/standalone"
+    "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -cudart static -lineinfo -I"$bin/base" \
+        -o "$bin/ce_stream_base" "$sa/ce_stream.cu" &
+    "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -I"$sa" -I"$bin/base" \
+        -o "$bin/infonce_bench_base" "$sa/infonce_bench.cu" &
+    wait -n && wait -n
+    echo "built $bin/ce_stream_base and $bin/infonce_bench_base from $(git -C "$root" rev-parse --short "$BASE")"
+fi
