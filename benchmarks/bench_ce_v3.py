@@ -42,8 +42,10 @@ SHAPES = [
     (1, 7, BF16, False),
 ]
 # fast_v3 knob sweep: (stages, chunk bytes, warps per CTA, flags). Ring per CTA = W * S * CB;
-# flags bit 0 = no L2 evict_first hint, bit 1 = no proxy fence before a refill.
+# flags bit 0 = no L2 evict_first hint, bit 1 = no proxy fence before a refill; the sweep adds bit 4 (RING: the
+# ring schedule; since 2026-12-02 the default is the pieces schedule).
 # Flags 1 (no hint) has been the default since the first sweep (the hint cost 2-4%), so every ring is timed with it.
+RING = 16
 SWEEP = [
     (3, 4096, 8, 1),    # the first default: 96 KB/CTA, 2 CTAs/SM, 16 warps/SM
     (3, 4096, 8, 3),    # the first default without the proxy fence too
@@ -263,6 +265,7 @@ def timing_and_sweep(fast, v3mod, use_quack, do_sweep):
             impls.append(("fast wpr=1", lambda: fast._ext.cross_entropy_fast(x, t, cf, 1, 0)))
         c3 = v3mod._counter(x.device)
         impls.append(("v3 default", lambda: v3mod._ext.cross_entropy_fast_v3(x, t, c3, 0, 0, 0, 0, 0)))
+        impls.append(("v3 ring", lambda: v3mod._ext.cross_entropy_fast_v3(x, t, c3, 0, 0, 0, 0, 1 | RING)))
         if q is not None:
             impls.append(("quack", lambda: q(x, t)))
         res = {}
@@ -279,19 +282,19 @@ def timing_and_sweep(fast, v3mod, use_quack, do_sweep):
                 S, CB, W, fl = cfg
                 name = f"v3 S{S} C{CB // 1024}K W{W} f{fl}"
                 try:
-                    out = v3mod._ext.cross_entropy_fast_v3(x, t, c3, S, CB, W, 0, fl)
+                    out = v3mod._ext.cross_entropy_fast_v3(x, t, c3, S, CB, W, 0, fl | RING)
                     why, _ = compare(out, want, dtype)
                     if why:
                         fail(f"{name} {shape}: {why}")
                         name += " WRONG"
-                    res[name] = bench(lambda: v3mod._ext.cross_entropy_fast_v3(x, t, c3, S, CB, W, 0, fl))
+                    res[name] = bench(lambda: v3mod._ext.cross_entropy_fast_v3(x, t, c3, S, CB, W, 0, fl | RING))
                 except Exception as e:
                     print(f"  {shape:18s} {name:24s} error {type(e).__name__}: {str(e)[:120]}", flush=True)
             for cfg in ((3, 4096, 8, sms), (3, 4096, 8, 3 * sms)):  # 1 CTA/SM; 3 per SM = two waves
                 S, CB, W, ctas = cfg
                 name = f"v3 default ctas={ctas}"
                 try:
-                    res[name] = bench(lambda: v3mod._ext.cross_entropy_fast_v3(x, t, c3, S, CB, W, ctas, 1))
+                    res[name] = bench(lambda: v3mod._ext.cross_entropy_fast_v3(x, t, c3, S, CB, W, ctas, 1 | RING))
                 except Exception as e:
                     print(f"  {shape:18s} {name:24s} error {type(e).__name__}: {str(e)[:120]}", flush=True)
         base, qms = res.get("eager"), res.get("quack")
@@ -324,7 +327,7 @@ def sweep_correctness(v3mod):
     for cfg in SWEEP:
         S, CB, W, fl = cfg
         for xv, t, dtype, want, label in cases:
-            fn = lambda a, b: v3mod._ext.cross_entropy_fast_v3(a, b, v3mod._counter(a.device), S, CB, W, 0, fl)
+            fn = lambda a, b: v3mod._ext.cross_entropy_fast_v3(a, b, v3mod._counter(a.device), S, CB, W, 0, fl | RING)
             run_case(fn, xv, t, dtype, f"cfg {cfg} {label}", check_inputs=False, want=want)
     print("  done", flush=True)
 

@@ -2,15 +2,16 @@
 // fast_v3's kernel is compiled from its solution file (extract_src.py), not copied.
 //
 //   ce_stream M C fp32|bf16 [reps] [all|rings|check]
-//   (rings: the read ceilings, plain reads through TMA rings, fast_v3 staged and not; check: fast_v3, both
-//   paths, against a float64 loss on the host, on odd shapes, several rings, tiny-loss rows; M C dtype
-//   reps are ignored)
+//   (rings: the short list; check: fast_v3, both schedules and the ring's two paths, against a float64 loss on
+//   the host, on odd shapes, tiny-loss rows, repeat calls bit-identical; M C dtype reps are ignored)
 //
-// Times, on the same logits: the read ceiling (a plain grid-stride read of the bytes), probes of the access
-// pattern (grid-stride vs one contiguous range per block, with and without a block barrier per iteration),
-// and fast_v3 with several ring shapes (warps per CTA x stages x chunk bytes). CUDA events around each
-// call, a 256 MB memset before every call (L2 flush), median of `reps`. The fast_v3 rows print their loss
-// (the same inputs every time) so a broken config shows.
+// Times, on the same logits: the read ceiling (a plain grid-stride read of the bytes, and the same read by
+// short-lived blocks in launch order), probes of the access pattern (grid-stride vs one contiguous range per
+// block, with and without a block barrier per iteration), fast_v3's pieces schedule (several part sizes and
+// warp counts; with its end kernel, the end as a plain launch, an empty end, no end), plain reads through
+// TMA rings, and fast_v3's ring with several shapes (warps per CTA x stages x chunk bytes). CUDA events
+// around each call, a 256 MB memset before every call (L2 flush), median of `reps`. The fast_v3 rows print
+// their loss (the same inputs every time) so a broken config shows.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cstdio>
@@ -148,6 +149,36 @@ struct RingLaunch {
     }
 };
 
+// fast_v3's pieces schedule (CTAs in row order, then the finish kernel) through the extension's plan_pieces and
+// launch_pieces. The workspace `ws` must hold 2 * M * P + M + M / 256 + 1 floats.
+struct PiecesLaunch {
+    ce_v3::PiecesPlan pl;
+    bool bf16;
+    int64_t target;
+    int occ = 0;
+    PiecesLaunch(int64_t M, int64_t C, bool bf16_, int64_t target_part, int warps) : bf16(bf16_), target(target_part) {
+        pl = ce_v3::plan_pieces(M, C, bf16 ? 2 : 4, target_part, warps);
+        if (!pl.p) return;
+        const void* k = ce_v3::pieces_kernel_fn(bf16);
+        CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
+        CK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, pl.warps * 32, pl.smem));
+    }
+    bool ok() const { return pl.p > 0 && occ > 0; }
+    int64_t ws_floats(int64_t M) const { return 2 * M * pl.p + M + pl.finish_ctas; }
+    // flags: see ce_v3::launch_pieces (bit 0 no end, bit 1 the end as a plain launch, bit 3 an empty end)
+    void operator()(const void* x, const int64_t* t, int64_t M, int C, float* ws, unsigned* counter, void* out,
+                    int flags = 0) const {
+        float* xts = ws + 2 * M * pl.p;
+        CK(ce_v3::launch_pieces(pl, bf16, 0, (const char*)x, t, M, C, flags, reinterpret_cast<float2*>(ws), xts,
+                                xts + M, counter, out));
+    }
+    std::string name() const {
+        return "pieces P" + std::to_string(pl.p) + " W" + std::to_string(pl.warps) + " part" +
+               std::to_string(pl.part_bytes) + " occ" + std::to_string(occ) + " (target " + std::to_string(target) + ")";
+    }
+};
+
 static float read_loss(const void* out, bool bf16) {
     float h = 0.f;
     if (bf16) {
@@ -174,9 +205,9 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
     CK(cudaMalloc(&x, n * E));
     CK(cudaMalloc(&t, M * 8));
     CK(cudaMalloc(&out, 64));
-    CK(cudaMalloc(&partials, 1 << 20));
-    CK(cudaMalloc(&counter, 64));
-    CK(cudaMemset(counter, 0, 64));
+    CK(cudaMalloc(&partials, int64_t(64) << 20));
+    CK(cudaMalloc(&counter, 1 << 16));
+    CK(cudaMemset(counter, 0, 1 << 16));
     if (bf16) fill_kernel<__nv_bfloat16><<<g_sms * 8, 512>>>((__nv_bfloat16*)x, n, 1234u);
     else fill_kernel<float><<<g_sms * 8, 512>>>((float*)x, n, 1234u);
     fill_targets<<<(M + 255) / 256, 256>>>(t, M, C, 99u);
@@ -192,6 +223,23 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
     {   // The same read on 128 of the SMs (fast_v3's grid at 8192 rows is 128 CTAs).
         double ms = time_median([&] { read_kernel<4, false, false><<<128 * 4, 512>>>((const float4*)x, n * E / 16, out); }, reps);
         report("read ceiling: U=4 4/SM x512 on 128 SMs", ms);
+    }
+    {   // Launch-order blocks instead of a persistent grid: each 512-thread block reads one 32 KB piece and exits.
+        const int64_t n4 = n * E / 16, nit = (n4 + 2047) / 2048;
+        double ms = time_median([&] { read_kernel<4, false, false><<<(unsigned)nit, 512>>>((const float4*)x, n4, out); }, reps);
+        report("read, one 32 KB block each (launch order)", ms);
+    }
+    {
+        struct P { int64_t target; int W; };
+        for (P c : {P{8192, 8}, P{8192, 2}, P{4096, 8}, P{8192, 8}}) {
+            const PiecesLaunch pc(M, C, bf16, c.target, c.W);
+            if (!pc.ok()) { printf("%-44s does not apply\n", pc.name().c_str()); continue; }
+            if (pc.ws_floats(M) * 4 > (int64_t(64) << 20)) { printf("%s: workspace too small\n", pc.name().c_str()); continue; }
+            report(pc.name(), time_median([&] { pc(x, t, M, (int)C, partials, counter, out); }, reps));
+            report(pc.name() + " end as a plain launch", time_median([&] { pc(x, t, M, (int)C, partials, counter, out, 2); }, reps));
+            report(pc.name() + " empty end (probe)", time_median([&] { pc(x, t, M, (int)C, partials, counter, out, 8); }, reps));
+            report(pc.name() + " pieces kernel alone", time_median([&] { pc(x, t, M, (int)C, partials, counter, out, 1); }, reps));
+        }
     }
     {
         struct T { int W, S, CB; };
@@ -268,7 +316,7 @@ static int do_check() {
         const int64_t M = cs.M, C = cs.C, nel = M * C;
         void* x; int64_t* t; float *ws, *out; unsigned* counter;
         CK(cudaMalloc(&x, nel * E + 64)); CK(cudaMalloc(&t, M * 8)); CK(cudaMalloc(&ws, 1 << 20));
-        CK(cudaMalloc(&out, 64)); CK(cudaMalloc(&counter, 64)); CK(cudaMemset(counter, 0, 64));
+        CK(cudaMalloc(&out, 64)); CK(cudaMalloc(&counter, 1 << 16)); CK(cudaMemset(counter, 0, 1 << 16));
         if (cs.bf16) fill_kernel<__nv_bfloat16><<<g_sms * 8, 512>>>((__nv_bfloat16*)x, nel, 77u);
         else fill_kernel<float><<<g_sms * 8, 512>>>((float*)x, nel, 77u);
         fill_targets<<<(M + 255) / 256, 256>>>(t, (int)M, C, 5u);
@@ -315,6 +363,29 @@ static int do_check() {
             printf("%s M=%lld C=%lld %s%s %-40s loss %.9g ref %.9g rel %.2e %s\n", ok ? "ok  " : "FAIL", (long long)M,
                    (long long)C, cs.bf16 ? "bf16" : "fp32", cs.tiny ? " tiny" : "", v3.name().c_str(), h[0], ref, rel,
                    memcmp(&h[0], &h[1], 4) == 0 ? "" : "NOT DETERMINISTIC");
+        }
+        struct Q { int64_t target; int W; };
+        for (Q q : {Q{8192, 2}, Q{8192, 8}, Q{4096, 4}, Q{16384, 1}, Q{1024, 3}, Q{64, 2}, Q{16, 16}}) {
+            const PiecesLaunch rl(M, C, cs.bf16, q.target, q.W);
+            if (!rl.ok() || rl.ws_floats(M) * 4 > (1 << 20)) continue;
+          for (int end_flags : {0, 2}) {
+            float h[2];
+            for (int rep = 0; rep < 2; ++rep) {
+                CK(cudaMemset(out, 0xff, 64));
+                rl(x, t, M, (int)C, ws, counter, out, end_flags);
+                CK(cudaDeviceSynchronize());
+                h[rep] = read_loss(out, cs.bf16);
+            }
+            const double rel = std::fabs(h[0] - ref) / std::max(1e-30, std::fabs(ref));
+            const double tol = cs.bf16 ? 8e-3 : 1e-5;
+            const bool ok = rel <= tol && memcmp(&h[0], &h[1], 4) == 0;
+            bad += !ok;
+            ++n;
+            printf("%s M=%lld C=%lld %s%s %-40s loss %.9g ref %.9g rel %.2e %s\n", ok ? "ok  " : "FAIL", (long long)M,
+                   (long long)C, cs.bf16 ? "bf16" : "fp32", cs.tiny ? " tiny" : "",
+                   (rl.name() + (end_flags ? " plain end" : "")).c_str(), h[0], ref, rel,
+                   memcmp(&h[0], &h[1], 4) == 0 ? "" : "NOT DETERMINISTIC");
+          }
         }
         CK(cudaFree(x)); CK(cudaFree(t)); CK(cudaFree(ws)); CK(cudaFree(out)); CK(cudaFree(counter));
     }

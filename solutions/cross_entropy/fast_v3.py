@@ -1,20 +1,19 @@
-"""Cross-entropy (mean reduction), v3: one warp per row, TMA 1-D bulk copies into a per-warp shared ring.
+"""Cross-entropy (mean reduction), v3: TMA 1-D bulk copies into shared memory, two schedules.
 
-Design (details in docs/perf-notes/cross_entropy.md, section "fast_v3"):
-- Persistent grid (resident capacity, rows-per-warp balanced); each warp owns a contiguous block of
-  rows and a PRIVATE ring of `stages` x `chunk` bytes in shared memory, one mbarrier per stage.
-- Lane 0 keeps the ring full with cp.async.bulk (one instruction per 2-16 KB, completion counted in
-  bytes on the stage's mbarrier), walking across row boundaries, so the next row is already in flight
-  while the warp finishes the current one. v1/v2 were limited by the SM's outstanding-request capacity
-  (one request per 16 bytes); a bulk copy is one request per chunk.
-- All 32 lanes wait on the stage's mbarrier (parity = use count & 1), read with 16-byte shared loads,
-  keep an online (max, sum) in base 2; __syncwarp, then lane 0 refills that stage. No block barriers.
-- float32 (eighth session): the lanes first move the whole chunk (<= 8 KB, 16 vectors each) to
-  registers, lane 0 refills the slot, and only then the math runs, so `stages` chunks stay in flight
-  while the warp computes. Same math in the same order: bit-identical losses.
+Design (details in docs/perf-notes/cross_entropy.md, sections "fast_v3" and "Fourteenth session"):
+- Pieces (the default, 2026-12-02): every row's aligned middle is cut into P pieces, one short-lived CTA
+  each (grid M * P, in row order), W warps per CTA, each warp one bulk copy of its part into its own slot,
+  then the online (max, sum) from shared memory and one (max, sum) per piece to global memory. CTAs never
+  wait for each other, and the block scheduler starts the next pieces as CTAs end, so the pieces in flight
+  move through memory as one front (on the H200 that read pattern is faster than any persistent grid we
+  measured). A second kernel, launched as a programmatic dependent, merges each row's pieces in order,
+  finishes the rows and forms the mean (last-CTA ticket).
+- Ring (fallback, and flags bit 4): a persistent grid, each warp a contiguous block of rows and a PRIVATE
+  ring of `stages` x `chunk` bytes, one mbarrier per stage; lane 0 keeps the ring full across row
+  boundaries; float32 chunks are staged in registers before the math so the slot refills at once.
 - Waits are bounded (2 s of %globaltimer): a schedule bug gives NaN, not a hung GPU.
 - Numerics as fast.py: fp32 exact (x - m) * log2e, bf16 FMA form, scalar unaligned head/tail, NaN
-  propagation, tiny-loss guard (re-read, log1p), single-launch deterministic fused mean (ticket).
+  propagation, tiny-loss guard (re-read, log1p), deterministic mean (fixed-order sums, no float atomics).
 """
 import torch
 import torch.nn as nn
@@ -413,6 +412,221 @@ ce_v3_kernel(const char* __restrict__ logits, const int64_t* __restrict__ target
     }
 }
 
+// ---------------------------------------------------------------- pieces schedule: CTAs in row order
+// The persistent ring above keeps 1,024 warps each streaming its own rows. The pieces schedule instead
+// cuts every row's aligned middle into P pieces, one CTA each (grid M * P, in row order), W warps per CTA,
+// each warp one part of `part_bytes` moved by one bulk copy into its own slot of shared memory. A CTA
+// reads its piece once, reduces it to one (max, sum) and exits; the block scheduler starts the next
+// pieces as CTAs end, so the pieces in flight move through memory as one front and no warp is left with
+// extra rows at the end (on the H200 a plain read in this launch order beat the persistent grid-stride
+// read by 1.2%). CTAs never wait for each other: a second kernel (launched as a programmatic dependent)
+// merges each row's pieces in order, finishes the row and forms the mean.
+__device__ __forceinline__ void allow_dependent_launch() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // a no-op unless launched as a dependent
+}
+
+// (m, s) pairs in index order -> one (m, s): the max first, then each sum rescaled to it.
+__device__ __forceinline__ void merge_pairs(const float2* ms, int n, float& m, float& s) {
+    m = -INFINITY;
+    for (int i = 0; i < n; ++i) m = fmaxf(m, ms[i].x);
+    const float mr = safe_ref(m);
+    s = 0.f;
+    for (int i = 0; i < n; ++i) s += ms[i].y * ex2((ms[i].x - mr) * kLog2e);
+}
+
+// One warp: the summed losses of rows [g0, g1) from their pieces' (max, sum) and target logits, each lane
+// its rows in order, then a fixed butterfly (every lane gets the sum). loss = (max - x[t]) + log(sum), or,
+// where the target is the max and the rest sums to < 1 (log(sum) would lose a tiny loss's digits), the
+// warp re-reads the row for log1p, as the ring kernel does.
+template <bool kBf16>
+__device__ __forceinline__ float group_loss(const float2* __restrict__ part, const float* __restrict__ xts,
+                                            const char* __restrict__ logits, int C, int P, int64_t g0, int64_t g1) {
+    using Tr = Traits<kBf16>;
+    const int lane = threadIdx.x & 31;
+    float acc = 0.f;
+    for (int64_t base = g0; base < g1; base += 32) {
+        const int64_t r = base + lane;
+        float loss = 0.f, m = 0.f, s = 2.f, xt = 0.f;
+        if (r < g1) {
+            m = -INFINITY;
+            for (int i = 0; i < P; ++i) m = fmaxf(m, __ldcg(&part[r * P + i].x));
+            const float mr = safe_ref(m);
+            s = 0.f;
+            for (int i = 0; i < P; ++i) {
+                const float2 ms = __ldcg(part + r * P + i);
+                s += ms.y * ex2((ms.x - mr) * kLog2e);
+            }
+            xt = __ldcg(xts + r);
+            loss = (m - xt) + logf(s);
+        }
+        unsigned int tiny = __ballot_sync(0xffffffffu, r < g1 && xt == m && s < 2.f);
+        while (tiny) {
+            const int src = __ffs(tiny) - 1;
+            tiny &= tiny - 1;
+            const int64_t rr = __shfl_sync(0xffffffffu, r, src);
+            const float mm = __shfl_sync(0xffffffffu, m, src);
+            const char* row = logits + rr * static_cast<int64_t>(C) * Tr::kElem;
+            float rest = 0.f, cnt = 0.f;
+            for (int j = lane; j < C; j += 32) {
+                const float x = Tr::scalar(row, j);
+                if (x == mm) cnt += 1.f;
+                else rest += expf(x - mm);
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                rest += __shfl_xor_sync(0xffffffffu, rest, o);
+                cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+            }
+            if (lane == src) loss = log1pf(rest + (cnt - 1.f));
+        }
+        acc += loss;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    return acc;
+}
+
+// part[b] = (max, sum) of piece b = r * P + q; xts[r] = x[r, t_r] (NaN for an out-of-range target), written by
+// the CTA whose piece holds it (piece 0 for the scalar head and tail outside the aligned middle).
+template <bool kBf16>
+__global__ void __launch_bounds__(kMaxWarps * 32)
+ce_v3_pieces_kernel(const char* __restrict__ logits, const int64_t* __restrict__ targets, int64_t M, int C, int P,
+                    uint32_t part_bytes, float2* __restrict__ part, float* __restrict__ xts) {
+    using Tr = Traits<kBf16>;
+    constexpr int V = Tr::kVec, E = Tr::kElem;
+    extern __shared__ __align__(128) unsigned char slots[];  // [warp][part_bytes]
+    __shared__ __align__(8) uint64_t bars[kMaxWarps];
+    __shared__ float2 warp_ms[kMaxWarps];
+    allow_dependent_launch();
+    const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t r = blockIdx.x / P;
+    const int q = static_cast<int>(blockIdx.x - r * P);
+    const char* row;
+    int head;
+    uint32_t nb;
+    row_geom<kBf16>(logits, r, C, row, head, nb);
+    const uint32_t piece = part_bytes * static_cast<uint32_t>(nwarps);
+    const uint32_t p0 = static_cast<uint32_t>(q) * piece;  // < 2^32: checked by the launcher
+    const uint32_t off = min(nb, p0 + static_cast<uint32_t>(warp) * part_bytes);
+    const uint32_t bytes = min(nb - off, part_bytes);
+    const unsigned char* slot = slots + static_cast<uint32_t>(warp) * part_bytes;
+    const uint32_t bar = smem_addr(&bars[warp]);
+    if (lane == 0 && bytes) {
+        mbar_init(bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_arrive_expect_tx(bar, bytes);
+        bulk_g2s(smem_addr(slot), row + head * E + off, bytes, bar);
+    }
+    const int64_t t = threadIdx.x == 0 ? __ldg(targets + r) : 0;  // used by thread 0 after the reduction
+    const int tail0 = head + static_cast<int>(nb / 16u) * V;
+    float ha = -INFINITY, tb = -INFINITY;
+    if (q == 0 && warp == 0) {
+        if (lane < head) ha = Tr::scalar(row, lane);
+        if (lane < C - tail0) tb = Tr::scalar(row, tail0 + lane);
+    }
+    __syncwarp();
+
+    float m = -INFINITY, s = 0.f;
+    if (bytes) {
+        const bool ok = __all_sync(0xffffffffu, mbar_wait(bar, 0));
+        const uint4* v4 = reinterpret_cast<const uint4*>(slot);
+        const int nv = static_cast<int>(bytes / 16u);
+        if (ok) {
+            for (int b = 0; b < nv; b += kStepVec) {
+                uint4 v[kU];
+#pragma unroll
+                for (int u = 0; u < kU; ++u) {
+                    const int idx = b + u * 32 + lane;
+                    v[u] = idx < nv ? v4[idx] : Tr::neg_inf();
+                }
+                online_step<kBf16>(v, m, s);
+            }
+        } else {
+            s = NAN;  // a copy never completed (bug): the loss becomes NaN
+        }
+    }
+    {
+        const float mn = fmaxf(m, fmaxf(ha, tb)), mr = safe_ref(mn);
+        s = s * ex2((m - mr) * kLog2e) + (ex2((ha - mr) * kLog2e) + ex2((tb - mr) * kLog2e));
+        m = mn;
+    }
+    float gm = m;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) gm = fmaxf(gm, __shfl_xor_sync(0xffffffffu, gm, o));
+    s *= ex2((m - safe_ref(gm)) * kLog2e);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) warp_ms[warp] = make_float2(gm, s);
+    __syncthreads();  // every warp's pair, and every slot's bytes, visible to thread 0
+    if (threadIdx.x != 0) return;
+    float cm, cs;
+    merge_pairs(warp_ms, nwarps, cm, cs);
+    part[blockIdx.x] = make_float2(cm, cs);
+    if (static_cast<uint64_t>(t) >= static_cast<uint64_t>(C)) {
+        if (q == 0) xts[r] = NAN;
+    } else if (t < head || t >= tail0) {
+        if (q == 0) xts[r] = Tr::scalar(row, t);
+    } else {
+        const uint32_t bo = static_cast<uint32_t>(t - head) * E;  // byte of x[t] within the aligned middle
+        if (bo >= p0 && bo - p0 < piece) {
+            const unsigned char* at = slots + (bo - p0);  // slot w holds bytes [w * part_bytes, ...) of the piece
+            xts[r] = kBf16 ? __uint_as_float(static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(at)) << 16)
+                           : *reinterpret_cast<const float*>(at);
+        }
+    }
+}
+
+constexpr int kFinishThreads = 256;
+
+// The end, launched as the pieces kernel's programmatic dependent: warp w of CTA c finishes rows
+// [32 (8c + w), + 32) (group_loss), each CTA sums its warps in order into partials[c], and the last CTA
+// (ticket) sums the partials in order into the mean. On the H200 this beat one cluster of CTAs merged
+// through distributed shared memory (no ticket, several 32-row blocks per warp): 0.2460 against 0.2461 ms
+// at 8192x32000 fp32, 0.1363 against 0.1397 at 32768x4096 fp32 (benchmarks/standalone, 2026-12-02).
+// probe (bench): return at once, to time the second launch alone.
+template <bool kBf16>
+__global__ void __launch_bounds__(kFinishThreads)
+ce_v3_finish_kernel(const float2* __restrict__ part, const float* __restrict__ xts, const char* __restrict__ logits,
+                    int64_t M, int C, int P, int probe, float* __restrict__ partials,
+                    unsigned int* __restrict__ counter, void* __restrict__ out) {
+    __shared__ float scratch[kFinishThreads / 32];
+    __shared__ bool am_last;
+    wait_for_prerequisite_grid();
+    if (probe) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * nwarps + warp) * 32;
+    const float wsum = r0 < M ? group_loss<kBf16>(part, xts, logits, C, P, r0, min(M, r0 + 32)) : 0.f;
+    if (lane == 0) scratch[warp] = wsum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float cta = 0.f;
+        for (int w = 0; w < nwarps; ++w) cta += scratch[w];
+        partials[blockIdx.x] = cta;
+        __threadfence();
+        am_last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!am_last) return;
+    __threadfence();  // every other CTA's partial is visible (their fence preceded their ticket)
+    float tot = 0.f;
+    for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += blockDim.x) tot += __ldcg(partials + i);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+    if (lane == 0) scratch[warp] = tot;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float all = 0.f;
+        for (int w = 0; w < nwarps; ++w) all += scratch[w];
+        const float mean = static_cast<float>(static_cast<double>(all) / static_cast<double>(M));  // M == 0 -> NaN
+        if (kBf16) *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(mean);
+        else *reinterpret_cast<float*>(out) = mean;
+        *counter = 0u;  // ready for the next launch on this stream
+    }
+}
+
 // ---------------------------------------------------------------- launch choices (plain host C++, no torch)
 // Shared by the extension and benchmarks/standalone/ce_stream.cu, so the bench times what the extension runs.
 using CeKernel = void (*)(const char*, const int64_t*, int64_t, int, int64_t, int, uint32_t, int, int, float*,
@@ -445,6 +659,60 @@ inline Grid plan_grid(int64_t M, int W, int occ, int64_t sms, int64_t ctas_overr
     return g;
 }
 
+
+// The pieces schedule's shape: W warps per CTA (fewer for short rows), parts of about `target_part` bytes, P
+// pieces per row, the end's CTAs. Not applicable (p = 0) when the grid would be too large.
+struct PiecesPlan {
+    int p = 0, warps = 0;
+    uint32_t part_bytes = 0;
+    int64_t smem = 0, finish_ctas = 0;
+};
+inline PiecesPlan plan_pieces(int64_t M, int64_t C, int elem, int64_t target_part, int warps) {
+    PiecesPlan pl;
+    const int64_t nb = (C / (16 / elem)) * 16;  // the longest aligned middle a row can have (head 0)
+    int64_t w = (nb + target_part - 1) / target_part;
+    if (w > warps) w = warps;
+    if (w < 1) w = 1;
+    int64_t P = (nb + w * target_part - 1) / (w * target_part);
+    if (P < 1) P = 1;
+    const int64_t per = (nb + P * w - 1) / (P * w);
+    if (M < 1 || M * P > 0x7fffffffll || nb >= (int64_t(1) << 31)) return pl;
+    pl.p = static_cast<int>(P);
+    pl.warps = static_cast<int>(w);
+    pl.part_bytes = static_cast<uint32_t>(per < 16 ? 16 : (per + 15) / 16 * 16);
+    pl.smem = w * static_cast<int64_t>(pl.part_bytes);
+    pl.finish_ctas = (M + kFinishThreads - 1) / kFinishThreads;
+    return pl;
+}
+inline const void* pieces_kernel_fn(bool bf16) {
+    return bf16 ? (const void*)ce_v3_pieces_kernel<true> : (const void*)ce_v3_pieces_kernel<false>;
+}
+// The pieces kernel, then the end as its programmatic dependent. Workspace: part holds M * P float2, xts M
+// floats, partials finish_ctas floats; counter one zero (the end leaves it zero). The caller has raised the
+// pieces kernel's dynamic shared memory limit to pl.smem. flags (bench): bit 0, the pieces alone; bit 1, the
+// end as a plain launch; bit 3, an end that returns at once (no output).
+inline cudaError_t launch_pieces(const PiecesPlan& pl, bool bf16, cudaStream_t stream, const char* logits,
+                                 const int64_t* targets, int64_t M, int C, int flags, float2* part, float* xts,
+                                 float* partials, unsigned int* counter, void* out) {
+    (bf16 ? ce_v3_pieces_kernel<true> : ce_v3_pieces_kernel<false>)
+        <<<static_cast<unsigned>(M * pl.p), pl.warps * 32, static_cast<size_t>(pl.smem), stream>>>(
+            logits, targets, M, C, pl.p, pl.part_bytes, part, xts);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || (flags & 1)) return e;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(pl.finish_ctas));
+    cfg.blockDim = dim3(kFinishThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = (flags & 2) ? 0 : 1;
+    return cudaLaunchKernelEx(&cfg, bf16 ? ce_v3_finish_kernel<true> : ce_v3_finish_kernel<false>,
+                              static_cast<const float2*>(part), static_cast<const float*>(xts), logits, M, C, pl.p,
+                              (flags & 8) ? 1 : 0, partials, counter, out);
+}
+
 }  // namespace ce_v3
 """
 
@@ -456,8 +724,9 @@ _host_src = r"""
 #include <map>
 #include <tuple>
 
-// Knobs (0 = automatic; tuning hooks for benchmarks): ring stages per warp, bytes per bulk copy,
-// warps per CTA, grid size, flags (bit 0: no L2 evict_first hint on the copies; bit 1: no
+// Knobs (0 = automatic; tuning hooks for benchmarks): ring stages per warp, bytes per bulk copy (a
+// piece's part per warp, or a ring chunk), warps per CTA, the ring's grid size, flags (bit 4: the ring
+// schedule instead of pieces; for the ring: bit 0: no L2 evict_first hint on the copies; bit 1: no
 // fence.proxy.async before refilling a slot: __syncwarp alone orders the reads, as CUTLASS's TMA
 // pipelines rely on the mbarrier alone; bit 2: never stage chunks in registers; bit 3: stage them for
 // bfloat16 too). Staging is the float32 default: it gained 0.9-1.8% on the H200 at the float32 timing
@@ -486,7 +755,9 @@ torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets,
 
     // Defaults: 8 warps x 2 stages x 8 KB (128 KB, one CTA per SM). On the H200 that beat the first
     // default (3 x 4 KB, two CTAs per SM) by 1.2-3.5% at all four timing shapes (benchmarks/standalone,
-    // 2026-12-01): fewer rows streamed side by side, with bigger copies.
+    // 2026-12-01): fewer rows streamed side by side, with bigger copies. The pieces schedule takes the same
+    // 8 warps x 8 KB: at all four timing shapes it was the best or within 0.4% of the best of the parts and
+    // warp counts tried (2-8 warps, 4-16 KB; benchmarks/standalone, 2026-12-02).
     const int S = stages > 0 ? static_cast<int>(stages) : 2;
     const int64_t CB = chunk_bytes > 0 ? chunk_bytes : 8192;
     const int W = warps_per_cta > 0 ? static_cast<int>(warps_per_cta) : 8;
@@ -495,14 +766,37 @@ torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets,
     TORCH_CHECK(W >= 1 && W <= kMaxWarps, "cross_entropy: warps per CTA must be 1..", kMaxWarps);
     const int64_t smem = static_cast<int64_t>(W) * S * CB;
 
+    const int dev = x.get_device();
+    const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+    // Headroom for the kernels' ~1.2 KB of static shared memory.
+    const int64_t max_dyn = static_cast<int64_t>(prop->sharedMemPerBlockOptin) - 2048;
+    auto stream = at::cuda::getCurrentCUDAStream();
+    auto out = torch::empty({}, x.options());
+
+    // The pieces schedule (the default; flags bit 4 forces the ring): parts of CB bytes, W warps per CTA.
+    const PiecesPlan pp = (flags & 16) ? PiecesPlan() : plan_pieces(M, C, x.element_size(), CB, W);
+    if (pp.p > 0 && pp.smem <= max_dyn) {
+        static std::map<std::pair<int, bool>, bool> pieces_configured;
+        if (!pieces_configured[std::make_pair(dev, bf16)]) {
+            const void* k = pieces_kernel_fn(bf16);
+            C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_dyn)));
+            C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                cudaSharedmemCarveoutMaxShared));
+            pieces_configured[std::make_pair(dev, bf16)] = true;
+        }
+        auto ws = torch::empty({2 * M * pp.p + M + pp.finish_ctas}, x.options().dtype(at::kFloat));
+        float* w = ws.data_ptr<float>();
+        C10_CUDA_CHECK(launch_pieces(pp, bf16, stream, static_cast<const char*>(x.data_ptr()), t.data_ptr<int64_t>(),
+                                     M, static_cast<int>(C), 0, reinterpret_cast<float2*>(w), w + 2 * M * pp.p,
+                                     w + 2 * M * pp.p + M, reinterpret_cast<unsigned int*>(counter.data_ptr<int>()),
+                                     out.data_ptr()));
+        return out;
+    }
+
     TORCH_CHECK(!(flags & 8) || CB <= kMaxStagedChunk, "cross_entropy: staged chunks must be <= ",
                 kMaxStagedChunk, " bytes");
     const bool stage = stage_chunks(bf16, CB, flags);
     const CeKernel kern = pick_kernel(bf16, stage);
-    const int dev = x.get_device();
-    const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-    // Headroom for the kernel's ~1.2 KB of static shared memory.
-    const int64_t max_dyn = static_cast<int64_t>(prop->sharedMemPerBlockOptin) - 2048;
     TORCH_CHECK(smem <= max_dyn,
                 "cross_entropy: ring (", smem, " B) exceeds the per-block shared memory limit");
     // Per (device, dtype, staging): opt in to the largest dynamic shared memory once; per config: occupancy.
@@ -526,9 +820,7 @@ torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets,
     const Grid grid = plan_grid(M, W, o, prop->multiProcessorCount, ctas_override);
     const int64_t rpw = grid.rpw, ctas = grid.ctas;
 
-    auto out = torch::empty({}, x.options());
     auto partials = torch::empty({ctas}, x.options().dtype(at::kFloat));
-    auto stream = at::cuda::getCurrentCUDAStream();
     kern<<<static_cast<unsigned>(ctas), W * 32, static_cast<size_t>(smem), stream>>>(
         static_cast<const char*>(x.data_ptr()), t.data_ptr<int64_t>(), M, static_cast<int>(C), rpw, S,
         static_cast<uint32_t>(CB), (flags & 1) ? 0 : 1, (flags & 2) ? 0 : 1, partials.data_ptr<float>(),
