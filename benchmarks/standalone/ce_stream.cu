@@ -231,7 +231,7 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
     }
     {
         struct P { int64_t target; int W; };
-        for (P c : {P{8192, 8}, P{8192, 2}, P{4096, 8}, P{8192, 8}}) {
+        for (P c : {P{8192, 8}, P{4096, 16}, P{2048, 16}, P{4096, 8}, P{8192, 8}}) {
             const PiecesLaunch pc(M, C, bf16, c.target, c.W);
             if (!pc.ok()) { printf("%-44s does not apply\n", pc.name().c_str()); continue; }
             if (pc.ws_floats(M) * 4 > (int64_t(64) << 20)) { printf("%s: workspace too small\n", pc.name().c_str()); continue; }
