@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Check and time solutions/cross_entropy/fast_v3.py (TMA bulk-copy ring) against fast.py, eager and quack.
+"""Check and time solutions/cross_entropy/fast_v3.py (default: the pieces schedule; `v3 ring` and the sweep: its
+TMA bulk-copy ring, flags bit 4) against fast.py, eager and quack.
 
     python3 benchmarks/bench_ce_v3.py [--no-sweep] [--no-quack]
 
@@ -9,8 +10,8 @@
    tolerances; plus tiny losses (target = row max), misaligned storage offsets, x[:, 1:] views made
    contiguous, a non-contiguous input, a NaN logit, determinism, unmodified inputs, poisoned memory.
 3. Timing (triton do_bench, warmup=25, rep=100, median, L2 flushed) of the 4 timing shapes: eager,
-   fast.py default and wpr=1, fast_v3 default, quack (if importable).
-4. Sweep of fast_v3's knobs (stages, chunk bytes, warps per CTA, flags) on the timing shapes; every
+   fast.py default and wpr=1, fast_v3 default and ring, quack (if importable).
+4. Sweep of fast_v3's ring knobs (stages, chunk bytes, warps per CTA, flags) on the timing shapes; every
    config's result is also checked against the float64 reference and on two misaligned odd shapes.
 Last line: ALL CORRECT or FAILURES: ...
 """
