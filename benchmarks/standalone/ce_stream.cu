@@ -3,12 +3,13 @@
 //
 //   ce_stream M C fp32|bf16 [reps] [all|rings|check]
 //   (rings: the short list; check: fast_v3, both schedules and the ring's two paths, against a float64 loss on
-//   the host, on odd shapes, tiny-loss rows, repeat calls bit-identical; M C dtype reps are ignored)
+//   the host, on odd shapes, tiny-loss rows, repeat calls bit-identical, the pieces' slots empty again after
+//   each call; M C dtype reps are ignored)
 //
 // Times, on the same logits: the read ceiling (a plain grid-stride read of the bytes, and the same read by
 // short-lived blocks in launch order), probes of the access pattern (grid-stride vs one contiguous range per
 // block, with and without a block barrier per iteration), fast_v3's pieces schedule (several part sizes and
-// warp counts; with its end kernel, the end as a plain launch, an empty end, no end), plain reads through
+// warp counts; two poll sleeps; a probe whose end CTAs do nothing), plain reads through
 // TMA rings, and fast_v3's ring with several shapes (warps per CTA x stages x chunk bytes). CUDA events
 // around each call, a 256 MB memset before every call (L2 flush), median of `reps`. The fast_v3 rows print
 // their loss (the same inputs every time) so a broken config shows.
@@ -149,13 +150,15 @@ struct RingLaunch {
     }
 };
 
-// fast_v3's pieces schedule (CTAs in row order, then the finish kernel) through the extension's plan_pieces and
-// launch_pieces. The workspace `ws` must hold ws_floats(M) floats.
+// fast_v3's pieces schedule (CTAs in row order, the end as the grid's last CTAs) through the extension's
+// plan_pieces, end_ctas and launch_pieces. `slots` must hold words(M) words, every one 0xffffffff before a call
+// (a call leaves them so, except the probe, knobs bit 0, which leaves them full).
 struct PiecesLaunch {
     ce_v3::PiecesPlan pl;
     bool bf16;
     int64_t target;
     int occ = 0;
+    int64_t nend = 0;
     PiecesLaunch(int64_t M, int64_t C, bool bf16_, int64_t target_part, int warps) : bf16(bf16_), target(target_part) {
         pl = ce_v3::plan_pieces(M, C, bf16 ? 2 : 4, target_part, warps);
         if (!pl.p) return;
@@ -163,19 +166,18 @@ struct PiecesLaunch {
         CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
         CK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, pl.warps * 32, pl.smem));
+        nend = ce_v3::end_ctas(pl, M, (int64_t)occ * g_sms);
     }
     bool ok() const { return pl.p > 0 && occ > 0; }
-    int64_t ws_floats(int64_t M) const { return 2 * M * pl.p + M + pl.finish_ctas; }
-    // flags: see ce_v3::launch_pieces (bit 0 no end, bit 1 the end as a plain launch, bit 3 an empty end)
-    void operator()(const void* x, const int64_t* t, int64_t M, int C, float* ws, unsigned* counter, void* out,
-                    int flags = 0) const {
-        float* xts = ws + 2 * M * pl.p;
-        CK(ce_v3::launch_pieces(pl, bf16, 0, (const char*)x, t, M, C, flags, reinterpret_cast<float2*>(ws), xts,
-                                xts + M, counter, out));
+    int64_t words(int64_t M) const { return ce_v3::slot_words(pl, M, nend); }
+    void operator()(const void* x, const int64_t* t, int64_t M, int C, float* slots, void* out, int knobs = 0) const {
+        CK(ce_v3::launch_pieces(pl, bf16, 0, (const char*)x, t, M, C, reinterpret_cast<uint32_t*>(slots), nend, out,
+                                knobs));
     }
     std::string name() const {
         return "pieces P" + std::to_string(pl.p) + " W" + std::to_string(pl.warps) + " part" +
-               std::to_string(pl.part_bytes) + " occ" + std::to_string(occ) + " (target " + std::to_string(target) + ")";
+               std::to_string(pl.part_bytes) + " occ" + std::to_string(occ) + " end x" + std::to_string(nend) +
+               " (target " + std::to_string(target) + ")";
     }
 };
 
@@ -206,6 +208,9 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
     CK(cudaMalloc(&t, M * 8));
     CK(cudaMalloc(&out, 64));
     CK(cudaMalloc(&partials, int64_t(64) << 20));
+    float* slots;  // the pieces schedule's slots: every word empty (0xffffffff) between calls
+    CK(cudaMalloc(&slots, int64_t(64) << 20));
+    CK(cudaMemset(slots, 0xff, int64_t(64) << 20));
     CK(cudaMalloc(&counter, 1 << 16));
     CK(cudaMemset(counter, 0, 1 << 16));
     if (bf16) fill_kernel<__nv_bfloat16><<<g_sms * 8, 512>>>((__nv_bfloat16*)x, n, 1234u);
@@ -234,11 +239,18 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
         for (P c : {P{8192, 8}, P{4096, 16}, P{2048, 16}, P{4096, 8}, P{8192, 8}}) {
             const PiecesLaunch pc(M, C, bf16, c.target, c.W);
             if (!pc.ok()) { printf("%-44s does not apply\n", pc.name().c_str()); continue; }
-            if (pc.ws_floats(M) * 4 > (int64_t(64) << 20)) { printf("%s: workspace too small\n", pc.name().c_str()); continue; }
-            report(pc.name(), time_median([&] { pc(x, t, M, (int)C, partials, counter, out); }, reps));
-            report(pc.name() + " end as a plain launch", time_median([&] { pc(x, t, M, (int)C, partials, counter, out, 2); }, reps));
-            report(pc.name() + " empty end (probe)", time_median([&] { pc(x, t, M, (int)C, partials, counter, out, 8); }, reps));
-            report(pc.name() + " pieces kernel alone", time_median([&] { pc(x, t, M, (int)C, partials, counter, out, 1); }, reps));
+            if (pc.words(M) * 4 > (int64_t(64) << 20)) { printf("%s: workspace too small\n", pc.name().c_str()); continue; }
+            auto row = [&](const std::string& what, int knobs) {
+                report(pc.name() + what, time_median([&] { pc(x, t, M, (int)C, slots, out, knobs); }, reps));
+                if (knobs & 1) CK(cudaMemset(slots, 0xff, int64_t(64) << 20));  // the probe leaves slots full
+            };
+            row("", 0);
+            if (c.target == 8192 && c.W == 8) {
+                row(" sleep 128 ns", 4 << 1);
+                row(" sleep 512 ns", 16 << 1);
+                row(" end CTAs that return at once (probe)", 1);
+            }
+            row(" (again)", 0);
         }
     }
     {
@@ -314,8 +326,9 @@ static int do_check() {
                     Case{1, 1, false, false}, Case{2, 33, true, false}}) {
         const int E = cs.bf16 ? 2 : 4;
         const int64_t M = cs.M, C = cs.C, nel = M * C;
-        void* x; int64_t* t; float *ws, *out; unsigned* counter;
+        void* x; int64_t* t; float *ws, *out, *slots; unsigned* counter;
         CK(cudaMalloc(&x, nel * E + 64)); CK(cudaMalloc(&t, M * 8)); CK(cudaMalloc(&ws, 1 << 20));
+        CK(cudaMalloc(&slots, 1 << 20)); CK(cudaMemset(slots, 0xff, 1 << 20));
         CK(cudaMalloc(&out, 64)); CK(cudaMalloc(&counter, 1 << 16)); CK(cudaMemset(counter, 0, 1 << 16));
         if (cs.bf16) fill_kernel<__nv_bfloat16><<<g_sms * 8, 512>>>((__nv_bfloat16*)x, nel, 77u);
         else fill_kernel<float><<<g_sms * 8, 512>>>((float*)x, nel, 77u);
@@ -371,19 +384,24 @@ static int do_check() {
         struct Q { int64_t target; int W; };
         for (Q q : {Q{8192, 2}, Q{8192, 8}, Q{4096, 4}, Q{16384, 1}, Q{1024, 3}, Q{64, 2}, Q{16, 16}}) {
             const PiecesLaunch rl(M, C, cs.bf16, q.target, q.W);
-            if (!rl.ok() || rl.ws_floats(M) * 4 > (1 << 20)) continue;
-            for (int end_flags : {0, 2}) {
+            if (!rl.ok() || rl.words(M) * 4 > (1 << 20)) continue;
+            for (int knobs : {0, 16 << 1}) {
                 float h[2];
                 for (int rep = 0; rep < 2; ++rep) {
                     CK(cudaMemset(out, 0xff, 64));
-                    rl(x, t, M, (int)C, ws, counter, out, end_flags);
+                    rl(x, t, M, (int)C, slots, out, knobs);
                     CK(cudaDeviceSynchronize());
                     h[rep] = read_loss(out, cs.bf16);
                 }
-                judge(rl.name() + (end_flags ? " plain end" : ""), h);
+                // every slot must be empty again for the next call
+                std::vector<uint32_t> w(rl.words(M));
+                CK(cudaMemcpy(w.data(), slots, w.size() * 4, cudaMemcpyDeviceToHost));
+                const int64_t full = std::count_if(w.begin(), w.end(), [](uint32_t v) { return v != 0xffffffffu; });
+                bad += full != 0;
+                judge(rl.name() + (knobs ? " sleep 512 ns" : "") + (full ? " SLOTS LEFT FULL: " + std::to_string(full) : ""), h);
             }
         }
-        CK(cudaFree(x)); CK(cudaFree(t)); CK(cudaFree(ws)); CK(cudaFree(out)); CK(cudaFree(counter));
+        CK(cudaFree(x)); CK(cudaFree(t)); CK(cudaFree(ws)); CK(cudaFree(slots)); CK(cudaFree(out)); CK(cudaFree(counter));
     }
     printf(bad ? "FAILURES: %d of %d\n" : "ALL CORRECT (%d of %d)\n", bad ? bad : n, n);
     return bad ? 1 : 0;

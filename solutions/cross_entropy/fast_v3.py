@@ -2,12 +2,13 @@
 
 Design (details in docs/perf-notes/cross_entropy.md, sections "fast_v3" and "Fourteenth session"):
 - Pieces (the default, 2026-12-02): every row's aligned middle is cut into P pieces, one short-lived CTA
-  each (grid M * P, in row order), W warps per CTA, each warp one bulk copy of its part into its own slot,
-  then the online (max, sum) from shared memory and one (max, sum) per piece to global memory. CTAs never
+  each (in row order), W warps per CTA, each warp one bulk copy of its part into its own slot, then the
+  online (max, sum) from shared memory and one (max, sum) per piece to global memory. Piece CTAs never
   wait for each other, and the block scheduler starts the next pieces as CTAs end, so the pieces in flight
   move through memory as one front (on the H200 that read pattern is faster than any persistent grid we
-  measured). A second kernel, launched as a programmatic dependent, merges each row's pieces in order,
-  finishes the rows and forms the mean (last-CTA ticket).
+  measured). The grid's last CTAs are the end: they take each row's pieces from slots that say when they
+  are full (no fence, no atomic; a reader empties what it takes, so every call finds them empty), finish
+  the rows and form the mean in the last of them. One launch, no ticket.
 - Ring (fallback, and flags bit 4): a persistent grid, each warp a contiguous block of rows and a PRIVATE
   ring of `stages` x `chunk` bytes, one mbarrier per stage; lane 0 keeps the ring full across row
   boundaries; float32 chunks are staged in registers before the math so the slot refills at once.
@@ -419,14 +420,8 @@ ce_v3_kernel(const char* __restrict__ logits, const int64_t* __restrict__ target
 // reads its piece once, reduces it to one (max, sum) and exits; the block scheduler starts the next
 // pieces as CTAs end, so the pieces in flight move through memory as one front and no warp is left with
 // extra rows at the end (on the H200 a plain read in this launch order beat the persistent grid-stride
-// read by 1.2%). CTAs never wait for each other: a second kernel (launched as a programmatic dependent)
-// merges each row's pieces in order, finishes the row and forms the mean.
-__device__ __forceinline__ void allow_dependent_launch() {
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-__device__ __forceinline__ void wait_for_prerequisite_grid() {
-    asm volatile("griddepcontrol.wait;" ::: "memory");  // a no-op unless launched as a dependent
-}
+// read by 1.2%). Piece CTAs never wait for each other or for anything else: the grid's last CTAs are the end,
+// which takes each row's pieces from slots (below) as they are filled, finishes the rows and forms the mean.
 
 // (m, s) pairs in index order -> one (m, s): the max first, then each sum rescaled to it.
 __device__ __forceinline__ void merge_pairs(const float2* ms, int n, float& m, float& s) {
@@ -441,9 +436,10 @@ __device__ __forceinline__ void merge_pairs(const float2* ms, int n, float& m, f
 // its rows in order, then a fixed butterfly (every lane gets the sum). loss = (max - x[t]) + log(sum), or,
 // where the target is the max and the rest sums to < 1 (log(sum) would lose a tiny loss's digits), the
 // warp re-reads the row for log1p, as the ring kernel does.
-template <bool kBf16>
-__device__ __forceinline__ float group_loss(const float2* __restrict__ part, const float* __restrict__ xts,
-                                            const char* __restrict__ logits, int C, int P, int64_t g0, int64_t g1) {
+// fetch(r, m, s, xt) gives row r's merged (max, sum) and its target logit.
+template <bool kBf16, class Fetch>
+__device__ __forceinline__ float group_loss(Fetch&& fetch, const char* __restrict__ logits, int C, int64_t g0,
+                                            int64_t g1) {
     using Tr = Traits<kBf16>;
     const int lane = threadIdx.x & 31;
     float acc = 0.f;
@@ -451,15 +447,7 @@ __device__ __forceinline__ float group_loss(const float2* __restrict__ part, con
         const int64_t r = base + lane;
         float loss = 0.f, m = 0.f, s = 2.f, xt = 0.f;
         if (r < g1) {
-            m = -INFINITY;
-            for (int i = 0; i < P; ++i) m = fmaxf(m, __ldcg(&part[r * P + i].x));
-            const float mr = safe_ref(m);
-            s = 0.f;
-            for (int i = 0; i < P; ++i) {
-                const float2 ms = __ldcg(part + r * P + i);
-                s += ms.y * ex2((ms.x - mr) * kLog2e);
-            }
-            xt = __ldcg(xts + r);
+            fetch(r, m, s, xt);
             loss = (m - xt) + logf(s);
         }
         unsigned int tiny = __ballot_sync(0xffffffffu, r < g1 && xt == m && s < 2.f);
@@ -489,18 +477,187 @@ __device__ __forceinline__ float group_loss(const float2* __restrict__ part, con
     return acc;
 }
 
-// part[b] = (max, sum) of piece b = r * P + q; xts[r] = x[r, t_r] (NaN for an out-of-range target), written by
-// the CTA whose piece holds it (piece 0 for the scalar head and tail outside the aligned middle).
+// ---------------------------------------------------------------- slots that say when they are full
+// The end's inputs travel through slots: a piece's (max, sum), a row's target logit, an end CTA's loss sum.
+// A slot holds kEmpty until it is written; its reader waits for a value, takes it and puts kEmpty back, so the
+// next call finds every slot empty again. A writer stores and goes on: no fence and no atomic hold its CTA
+// (per-CTA tickets cost the pieces 3-19%, fourteenth session). A 64-bit store is seen whole or not at all, and
+// no stored value is kEmpty (NaNs are stored as the canonical 0x7fffffff). Waits are bounded (NaN after
+// kWaitLimitNs, a bug). The end CTAs that wait for the pieces are at most half of the CTAs the pieces kernel can
+// hold at once, so the pieces they wait for always find room to run, whatever order the CTAs start in.
+constexpr uint32_t kEmpty = 0xffffffffu;
+constexpr uint64_t kEmpty64 = ~0ull;
+__device__ __forceinline__ uint32_t canon_bits(float v) { return v != v ? 0x7fffffffu : __float_as_uint(v); }
+__device__ __forceinline__ void put_b32(uint32_t* p, uint32_t v) {
+    asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void put_b64(uint64_t* p, uint64_t v) {
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t get_b32(const uint32_t* p) {
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint64_t get_b64(const uint64_t* p) {
+    uint64_t v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ bool empty64(uint64_t v) { return static_cast<uint32_t>(v >> 32) == kEmpty; }
+// A (max, sum) pair: max in the low word, sum (the word that is kEmpty while the slot is empty) in the high.
+__device__ __forceinline__ uint64_t pack_ms(float m, float s) {
+    return (static_cast<uint64_t>(canon_bits(s)) << 32) | __float_as_uint(m);
+}
+// The slow path of a read that found its slot empty: poll until it is full (NaN after kWaitLimitNs).
+__device__ __forceinline__ uint32_t wait_b32(const uint32_t* p, unsigned sleep_ns) {
+    const unsigned long long t0 = gtimer();
+    uint32_t v;
+    while ((v = get_b32(p)) == kEmpty) {
+        if (gtimer() - t0 > kWaitLimitNs) return 0x7fffffffu;
+        __nanosleep(sleep_ns);
+    }
+    return v;
+}
+// Row r's pieces, merged four at a time in piece order, and its target logit, each slot waited for and emptied.
+// The loads of a round are issued together, and so are the re-reads of the slots that were still empty: a row
+// costs one round trip once its last slot is full.
+__device__ __forceinline__ void take_row(uint64_t* __restrict__ part, uint32_t* __restrict__ xts, int P, int64_t r,
+                                         unsigned sleep_ns, float& m, float& s, float& xt) {
+    constexpr uint64_t kNoPiece = 0xff800000ull;                             // (max -inf, sum 0)
+    constexpr uint64_t kLost = static_cast<uint64_t>(0x7fffffffu) << 32;  // (max 0, sum NaN): a wait timed out
+    uint32_t xb = get_b32(xts + r);
+    m = -INFINITY;
+    s = 0.f;
+    for (int i = 0; i < P; i += 4) {
+        uint64_t* at = part + r * P + i;
+        uint64_t v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            v[u] = i + u >= P ? kNoPiece : get_b64(at + u);
+        unsigned long long t0 = 0;
+        while (xb == kEmpty || empty64(v[0]) || empty64(v[1]) || empty64(v[2]) || empty64(v[3])) {
+            if (t0 == 0) t0 = gtimer();
+            const bool lost = gtimer() - t0 > kWaitLimitNs;
+            if (!lost) __nanosleep(sleep_ns);
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (empty64(v[u])) v[u] = lost ? kLost : get_b64(at + u);
+            if (xb == kEmpty) xb = lost ? 0x7fffffffu : get_b32(xts + r);
+        }
+        float cm = m;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) cm = fmaxf(cm, __uint_as_float(static_cast<uint32_t>(v[u])));
+        const float mr = safe_ref(cm);
+        float cs = s * ex2((m - mr) * kLog2e);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            cs += __uint_as_float(static_cast<uint32_t>(v[u] >> 32)) *
+                  ex2((__uint_as_float(static_cast<uint32_t>(v[u])) - mr) * kLog2e);
+        m = cm;
+        s = cs;
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (i + u < P) put_b64(at + u, kEmpty64);
+    }
+    xt = __uint_as_float(xb);
+    put_b32(xts + r, kEmpty);
+}
+
+// End CTA e of nend, the last CTAs of the pieces grid: its warps take consecutive blocks of rows (group_loss), the
+// CTA's loss sum goes to slot sums[e], and the last end CTA adds the sums in order into the mean. The other end
+// CTAs hold earlier rows, so they are usually done first: the last one sends the loads of their sums out before
+// its own rows and waits for them (all together) after. `scratch`: 2 * nwarps floats. knobs (bench): bits 1..,
+// the polls' sleep in units of 32 ns (0: 32 ns). Not inlined, so that the pieces' own code stays as it was.
+template <bool kBf16>
+__device__ __noinline__ void end_cta(uint64_t* __restrict__ part, uint32_t* __restrict__ xts,
+                                     uint32_t* __restrict__ sums, const char* __restrict__ logits, int64_t M, int C,
+                                     int P, int e, int nend, int knobs, float* scratch, void* __restrict__ out) {
+    constexpr int kB = 8;  // sums per thread per round
+    const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nt = blockDim.x;
+    const unsigned sleep_ns = (knobs >> 1) ? static_cast<unsigned>(knobs >> 1) * 32u : 32u;
+    const bool last = e == nend - 1;
+    const int nother = nend - 1;
+    uint32_t b[kB];
+#pragma unroll
+    for (int u = 0; u < kB; ++u) b[u] = last && threadIdx.x + u * nt < nother ? get_b32(sums + threadIdx.x + u * nt) : 0u;
+
+    const int64_t all_warps = static_cast<int64_t>(nend) * nwarps, rpw = (M + all_warps - 1) / all_warps;
+    const int64_t g0 = min(M, (static_cast<int64_t>(e) * nwarps + warp) * rpw), g1 = min(M, g0 + rpw);
+    auto fetch = [&](int64_t r, float& m, float& s, float& xt) { take_row(part, xts, P, r, sleep_ns, m, s, xt); };
+    const float wsum = group_loss<kBf16>(fetch, logits, C, g0, g1);
+
+    float others = 0.f;  // the last CTA: the other CTAs' sums, this thread's share in index order, then a butterfly
+    if (last) {
+        for (int i0 = threadIdx.x; i0 < nother; i0 += kB * nt) {
+            if (i0 != static_cast<int>(threadIdx.x)) {
+#pragma unroll
+                for (int u = 0; u < kB; ++u) b[u] = i0 + u * nt < nother ? get_b32(sums + i0 + u * nt) : 0u;
+            }
+            unsigned long long t0 = 0;
+            while (true) {
+                bool pending = false;
+#pragma unroll
+                for (int u = 0; u < kB; ++u) pending |= i0 + u * nt < nother && b[u] == kEmpty;
+                if (!pending) break;
+                if (t0 == 0) t0 = gtimer();
+                const bool lost = gtimer() - t0 > kWaitLimitNs;
+                if (!lost) __nanosleep(sleep_ns);
+#pragma unroll
+                for (int u = 0; u < kB; ++u)
+                    if (i0 + u * nt < nother && b[u] == kEmpty) b[u] = lost ? 0x7fffffffu : get_b32(sums + i0 + u * nt);
+            }
+#pragma unroll
+            for (int u = 0; u < kB; ++u) {
+                if (i0 + u * nt >= nother) continue;
+                others += __uint_as_float(b[u]);
+                put_b32(sums + i0 + u * nt, kEmpty);
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) others += __shfl_xor_sync(0xffffffffu, others, o);
+    }
+    if (lane == 0) {
+        scratch[warp] = wsum;
+        scratch[nwarps + warp] = others;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    float cta = 0.f;
+    for (int w = 0; w < nwarps; ++w) cta += scratch[w];
+    if (!last) {
+        put_b32(sums + e, canon_bits(cta));
+        return;
+    }
+    float all = 0.f;
+    for (int w = 0; w < nwarps; ++w) all += scratch[nwarps + w];
+    all += cta;
+    const float mean = static_cast<float>(static_cast<double>(all) / static_cast<double>(M));
+    if (kBf16) *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(mean);
+    else *reinterpret_cast<float*>(out) = mean;
+}
+
+// Slot part[b] = (max, sum) of piece b = r * P + q; slot xts[r] = x[r, t_r] (NaN for an out-of-range target),
+// written by the CTA whose piece holds it (piece 0 for the scalar head and tail outside the aligned middle). The
+// grid's last nend CTAs are the end (end_cta). knobs (bench): bit 0, end CTAs that return at once (a probe: it
+// leaves the slots full); the rest, end_cta's.
 template <bool kBf16>
 __global__ void __launch_bounds__(kMaxWarps * 32)
 ce_v3_pieces_kernel(const char* __restrict__ logits, const int64_t* __restrict__ targets, int64_t M, int C, int P,
-                    uint32_t part_bytes, float2* __restrict__ part, float* __restrict__ xts) {
+                    uint32_t part_bytes, uint64_t* __restrict__ part, uint32_t* __restrict__ xts,
+                    uint32_t* __restrict__ sums, int nend, int knobs, void* __restrict__ out) {
     using Tr = Traits<kBf16>;
     constexpr int V = Tr::kVec, E = Tr::kElem;
     extern __shared__ __align__(128) unsigned char slots[];  // [warp][part_bytes]
     __shared__ __align__(8) uint64_t bars[kMaxWarps];
     __shared__ float2 warp_ms[kMaxWarps];
-    allow_dependent_launch();
+    const int64_t e = static_cast<int64_t>(blockIdx.x) - M * P;
+    if (e >= 0) {
+        if (!(knobs & 1))
+            end_cta<kBf16>(part, xts, sums, logits, M, C, P, static_cast<int>(e), nend, knobs,
+                           reinterpret_cast<float*>(warp_ms), out);
+        return;
+    }
     const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r = blockIdx.x / P;
     const int q = static_cast<int>(blockIdx.x - r * P);
@@ -564,66 +721,19 @@ ce_v3_pieces_kernel(const char* __restrict__ logits, const int64_t* __restrict__
     if (threadIdx.x != 0) return;
     float cm, cs;
     merge_pairs(warp_ms, nwarps, cm, cs);
-    part[blockIdx.x] = make_float2(cm, cs);
+    auto put_xt = [&](float v) { put_b32(xts + r, canon_bits(v)); };
+    put_b64(part + blockIdx.x, pack_ms(cm, cs));
     if (static_cast<uint64_t>(t) >= static_cast<uint64_t>(C)) {
-        if (q == 0) xts[r] = NAN;
+        if (q == 0) put_xt(NAN);
     } else if (t < head || t >= tail0) {
-        if (q == 0) xts[r] = Tr::scalar(row, t);
+        if (q == 0) put_xt(Tr::scalar(row, t));
     } else {
         const uint32_t bo = static_cast<uint32_t>(t - head) * E;  // byte of x[t] within the aligned middle
         if (bo >= p0 && bo - p0 < piece) {
             const unsigned char* at = slots + (bo - p0);  // slot w holds bytes [w * part_bytes, ...) of the piece
-            xts[r] = kBf16 ? __uint_as_float(static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(at)) << 16)
-                           : *reinterpret_cast<const float*>(at);
+            put_xt(kBf16 ? __uint_as_float(static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(at)) << 16)
+                         : *reinterpret_cast<const float*>(at));
         }
-    }
-}
-
-constexpr int kFinishThreads = 256;
-
-// The end, launched as the pieces kernel's programmatic dependent: warp w of CTA c finishes rows
-// [32 (8c + w), + 32) (group_loss), each CTA sums its warps in order into partials[c], and the last CTA
-// (ticket) sums the partials in order into the mean. On the H200 this beat one cluster of CTAs merged
-// through distributed shared memory (no ticket, several 32-row blocks per warp): 0.2460 against 0.2461 ms
-// at 8192x32000 fp32, 0.1363 against 0.1397 at 32768x4096 fp32 (benchmarks/standalone, 2026-12-02).
-// probe (bench): return at once, to time the second launch alone.
-template <bool kBf16>
-__global__ void __launch_bounds__(kFinishThreads)
-ce_v3_finish_kernel(const float2* __restrict__ part, const float* __restrict__ xts, const char* __restrict__ logits,
-                    int64_t M, int C, int P, int probe, float* __restrict__ partials,
-                    unsigned int* __restrict__ counter, void* __restrict__ out) {
-    __shared__ float scratch[kFinishThreads / 32];
-    __shared__ bool am_last;
-    wait_for_prerequisite_grid();
-    if (probe) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * nwarps + warp) * 32;
-    const float wsum = r0 < M ? group_loss<kBf16>(part, xts, logits, C, P, r0, min(M, r0 + 32)) : 0.f;
-    if (lane == 0) scratch[warp] = wsum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float cta = 0.f;
-        for (int w = 0; w < nwarps; ++w) cta += scratch[w];
-        partials[blockIdx.x] = cta;
-        __threadfence();
-        am_last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!am_last) return;
-    __threadfence();  // every other CTA's partial is visible (their fence preceded their ticket)
-    float tot = 0.f;
-    for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += blockDim.x) tot += __ldcg(partials + i);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
-    if (lane == 0) scratch[warp] = tot;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float all = 0.f;
-        for (int w = 0; w < nwarps; ++w) all += scratch[w];
-        const float mean = static_cast<float>(static_cast<double>(all) / static_cast<double>(M));  // M == 0 -> NaN
-        if (kBf16) *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(mean);
-        else *reinterpret_cast<float*>(out) = mean;
-        *counter = 0u;  // ready for the next launch on this stream
     }
 }
 
@@ -661,11 +771,11 @@ inline Grid plan_grid(int64_t M, int W, int occ, int64_t sms, int64_t ctas_overr
 
 
 // The pieces schedule's shape: W warps per CTA (fewer for short rows), parts of about `target_part` bytes, P
-// pieces per row, the end's CTAs. Not applicable (p = 0) when the grid would be too large.
+// pieces per row. Not applicable (p = 0) when the grid would be too large.
 struct PiecesPlan {
     int p = 0, warps = 0;
     uint32_t part_bytes = 0;
-    int64_t smem = 0, finish_ctas = 0;
+    int64_t smem = 0;
 };
 inline PiecesPlan plan_pieces(int64_t M, int64_t C, int elem, int64_t target_part, int warps) {
     PiecesPlan pl;
@@ -676,41 +786,36 @@ inline PiecesPlan plan_pieces(int64_t M, int64_t C, int elem, int64_t target_par
     int64_t P = (nb + w * target_part - 1) / (w * target_part);
     if (P < 1) P = 1;
     const int64_t per = (nb + P * w - 1) / (P * w);
-    if (M < 1 || M * P > 0x7fffffffll || nb >= (int64_t(1) << 31)) return pl;
+    if (M < 1 || M * P + M > 0x7fffffffll || nb >= (int64_t(1) << 31)) return pl;  // + M: room for end CTAs
     pl.p = static_cast<int>(P);
     pl.warps = static_cast<int>(w);
     pl.part_bytes = static_cast<uint32_t>(per < 16 ? 16 : (per + 15) / 16 * 16);
     pl.smem = w * static_cast<int64_t>(pl.part_bytes);
-    pl.finish_ctas = (M + kFinishThreads - 1) / kFinishThreads;
     return pl;
 }
 inline const void* pieces_kernel_fn(bool bf16) {
     return bf16 ? (const void*)ce_v3_pieces_kernel<true> : (const void*)ce_v3_pieces_kernel<false>;
 }
-// The pieces kernel, then the end as its programmatic dependent. Workspace: part holds M * P float2, xts M
-// floats, partials finish_ctas floats; counter one zero (the end leaves it zero). The caller has raised the
-// pieces kernel's dynamic shared memory limit to pl.smem. flags (bench): bit 0, the pieces alone; bit 1, the
-// end as a plain launch; bit 3, an end that returns at once (no output).
+// The end's CTAs: one row per lane where that keeps them to at most half of the `resident` CTAs the pieces
+// kernel can hold at once (so the pieces they wait for always have room to run).
+inline int64_t end_ctas(const PiecesPlan& pl, int64_t M, int64_t resident) {
+    const int64_t want = (M + pl.warps * 32 - 1) / (pl.warps * 32), cap = resident / 2 > 0 ? resident / 2 : 1;
+    return want < cap ? want : cap;
+}
+// Slot words the pieces schedule needs: part (M * P 64-bit), xts (M), sums (nend).
+inline int64_t slot_words(const PiecesPlan& pl, int64_t M, int64_t nend) { return 2 * M * pl.p + M + nend; }
+// One launch: the pieces and, as the grid's last nend CTAs, the end. `slots` holds slot_words words, every one
+// kEmpty before the call (the call leaves them so). The caller has raised the kernel's dynamic shared memory
+// limit to pl.smem. knobs: see ce_v3_pieces_kernel (0 outside the bench).
 inline cudaError_t launch_pieces(const PiecesPlan& pl, bool bf16, cudaStream_t stream, const char* logits,
-                                 const int64_t* targets, int64_t M, int C, int flags, float2* part, float* xts,
-                                 float* partials, unsigned int* counter, void* out) {
+                                 const int64_t* targets, int64_t M, int C, uint32_t* slots, int64_t nend, void* out,
+                                 int knobs = 0) {
+    uint64_t* part = reinterpret_cast<uint64_t*>(slots);
+    uint32_t* xts = slots + 2 * M * pl.p;
     (bf16 ? ce_v3_pieces_kernel<true> : ce_v3_pieces_kernel<false>)
-        <<<static_cast<unsigned>(M * pl.p), pl.warps * 32, static_cast<size_t>(pl.smem), stream>>>(
-            logits, targets, M, C, pl.p, pl.part_bytes, part, xts);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess || (flags & 1)) return e;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(pl.finish_ctas));
-    cfg.blockDim = dim3(kFinishThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = (flags & 2) ? 0 : 1;
-    return cudaLaunchKernelEx(&cfg, bf16 ? ce_v3_finish_kernel<true> : ce_v3_finish_kernel<false>,
-                              static_cast<const float2*>(part), static_cast<const float*>(xts), logits, M, C, pl.p,
-                              (flags & 8) ? 1 : 0, partials, counter, out);
+        <<<static_cast<unsigned>(M * pl.p + nend), pl.warps * 32, static_cast<size_t>(pl.smem), stream>>>(
+            logits, targets, M, C, pl.p, pl.part_bytes, part, xts, xts + M, static_cast<int>(nend), knobs, out);
+    return cudaGetLastError();
 }
 
 }  // namespace ce_v3
@@ -731,6 +836,20 @@ _host_src = r"""
 // pipelines rely on the mbarrier alone; bit 2: never stage chunks in registers; bit 3: stage them for
 // bfloat16 too). Staging is the float32 default: it gained 0.9-1.8% on the H200 at the float32 timing
 // shapes and lost 0.9-2.3% at the bfloat16 ones (benchmarks/standalone, 2026-12-01).
+// The pieces schedule's slots, per device: every word kEmpty (0xffffffff) between calls (the end CTAs empty what
+// they read). Grown, never shrunk, kept for the process (leaked on purpose: no CUDA free after the runtime is
+// gone). Like the ring's ticket, one per device: calls that run concurrently on different streams of one device
+// are not supported.
+static at::Tensor& pieces_slots(int dev, int64_t words, const at::TensorOptions& opt) {
+    static std::map<int, at::Tensor*> slots;
+    at::Tensor*& s = slots[dev];
+    if (s == nullptr || s->numel() < words) {
+        delete s;  // the caching allocator reuses the memory only for this stream's later work
+        s = new at::Tensor(torch::full({words}, -1, opt.dtype(at::kInt)));
+    }
+    return *s;
+}
+
 torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets, torch::Tensor counter,
                                     int64_t stages, int64_t chunk_bytes, int64_t warps_per_cta,
                                     int64_t ctas_override, int64_t flags) {
@@ -776,19 +895,24 @@ torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets,
     // The pieces schedule (the default; flags bit 4 forces the ring): parts of CB bytes, W warps per CTA.
     const PiecesPlan pp = (flags & 16) ? PiecesPlan() : plan_pieces(M, C, x.element_size(), CB, W);
     if (pp.p > 0 && pp.smem <= max_dyn) {
+        const void* k = pieces_kernel_fn(bf16);
         static std::map<std::pair<int, bool>, bool> pieces_configured;
         if (!pieces_configured[std::make_pair(dev, bf16)]) {
-            const void* k = pieces_kernel_fn(bf16);
             C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_dyn)));
             C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                 cudaSharedmemCarveoutMaxShared));
             pieces_configured[std::make_pair(dev, bf16)] = true;
         }
-        auto ws = torch::empty({2 * M * pp.p + M + pp.finish_ctas}, x.options().dtype(at::kFloat));
-        float* w = ws.data_ptr<float>();
+        static std::map<std::tuple<int, bool, int, int64_t>, int> pieces_occ;
+        int& n = pieces_occ[std::make_tuple(dev, bf16, pp.warps, pp.smem)];
+        if (n == 0) {
+            C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, pp.warps * 32, static_cast<size_t>(pp.smem)));
+            TORCH_CHECK(n >= 1, "cross_entropy: pieces do not fit on an SM");
+        }
+        const int64_t nend = end_ctas(pp, M, static_cast<int64_t>(n) * prop->multiProcessorCount);
+        at::Tensor& sl = pieces_slots(dev, slot_words(pp, M, nend), x.options());
         C10_CUDA_CHECK(launch_pieces(pp, bf16, stream, static_cast<const char*>(x.data_ptr()), t.data_ptr<int64_t>(),
-                                     M, static_cast<int>(C), 0, reinterpret_cast<float2*>(w), w + 2 * M * pp.p,
-                                     w + 2 * M * pp.p + M, reinterpret_cast<unsigned int*>(counter.data_ptr<int>()),
+                                     M, static_cast<int>(C), reinterpret_cast<uint32_t*>(sl.data_ptr<int32_t>()), nend,
                                      out.data_ptr()));
         return out;
     }
