@@ -492,8 +492,6 @@ struct WgParams {
     double* pos;        // [B]
     unsigned* counters; // [1], zero between launches
     float* out;
-    unsigned long long* slots;  // SLOTS kernels: [S][B] 64-bit partials, 0 while empty (zeroed again by their reader)
-    double* cta_loss;           // SLOTS kernels: [grid] each CTA's sum of its rows' losses
     float* dbg_logits;  // optional [B][N]: raw dot products (debug)
     double* dbg_rowloss;  // optional [B]: per-row loss (debug)
 };
@@ -578,34 +576,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
 }
-// Thread-block clusters (the multicast BRES variants): the same tile copy written into the smem of every CTA of
-// `mask` at dst (its offset in each), completion counted on the mbarrier at bar's offset in each; an arrive on the
-// mbarrier at local_bar's offset in CTA `cta` of the cluster; the whole-cluster barrier; the CTA's rank.
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar,
-                                                      uint16_t mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-        " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t local_bar, uint32_t cta) {
-    asm volatile("{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
-                 " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}" ::"r"(local_bar), "r"(cta) : "memory");
-}
-__device__ __forceinline__ bool mbar_try_cluster(uint32_t bar, uint32_t parity) {  // acquire at cluster scope
-    uint32_t done;
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    return done != 0;
-}
-__device__ __forceinline__ void cluster_sync_all() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-// 3-D tile copy (A3D: the query matrix as [k-tile][row][32 floats], so that one box holds a stage's KPI k-tiles).
+// 3-D tile copy: the BRES kernel's A stage of KPI k-tiles in one copy (the query matrix seen as [k-tile][row][32]).
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int x, int y, int z, uint32_t bar) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
@@ -747,24 +718,17 @@ template <> struct Wgmma<128> {
 // The query (A) hi/lo fragments of KH k8-steps, in wgmma order per k8-step l: [4l + 0..3] = (row g, col c),
 // (row g+8, col c), (row g, col c+4), (row g+8, col c+4) = floats 2l, 2l (row g+8), 2l+1, 2l+1 of the thread's two
 // rows' pieces x (row g) and y (row g+8) (the K permutation: physical floats 8c + 0..7 of each k-tile).
-// (NOSPLIT: hi = lo = the raw bits, a bench bisect build's timing-only shortcut.)
-template <int KH, bool NOSPLIT = false>
+template <int KH>
 __device__ __forceinline__ void split_a_fragments(const float4 (&x)[KH / 2], const float4 (&y)[KH / 2],
                                                   uint32_t (&ahi)[4 * KH], uint32_t (&alo)[4 * KH]) {
-    auto sp = [](float v, uint32_t& hi, uint32_t& lo) {
-        if (NOSPLIT)
-            hi = lo = __float_as_uint(v);
-        else
-            split_tf32_rn(__float_as_uint(v), hi, lo);
-    };
 #pragma unroll
     for (int l = 0; l < KH; ++l) {
         const float4& xv = x[l >> 1];
         const float4& yv = y[l >> 1];
-        sp((l & 1) ? xv.z : xv.x, ahi[4 * l + 0], alo[4 * l + 0]);
-        sp((l & 1) ? yv.z : yv.x, ahi[4 * l + 1], alo[4 * l + 1]);
-        sp((l & 1) ? xv.w : xv.y, ahi[4 * l + 2], alo[4 * l + 2]);
-        sp((l & 1) ? yv.w : yv.y, ahi[4 * l + 3], alo[4 * l + 3]);
+        split_tf32_rn(__float_as_uint((l & 1) ? xv.z : xv.x), ahi[4 * l + 0], alo[4 * l + 0]);
+        split_tf32_rn(__float_as_uint((l & 1) ? yv.z : yv.x), ahi[4 * l + 1], alo[4 * l + 1]);
+        split_tf32_rn(__float_as_uint((l & 1) ? xv.w : xv.y), ahi[4 * l + 2], alo[4 * l + 2]);
+        split_tf32_rn(__float_as_uint((l & 1) ? yv.w : yv.y), ahi[4 * l + 3], alo[4 * l + 3]);
     }
 }
 
@@ -908,10 +872,7 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
 // acq_rel ticket) merges every row and writes the mean loss.  NT = threads per CTA (all of them take part in the
 // barriers).  Threads tid < NM merge the rows; MERGES = false compiles a copy without the merge loop (for the
 // producer warpgroup of the PROD kernel, whose copy runs under its own small register budget).
-// LEAN: the ticket without the two gpu-scope fences around it.  The barrier plus a release by thread 0 orders the
-// CTA's writes before the ticket (as CUTLASS's generic barrier does), and the merger's acquire plus the barrier orders
-// its reads after every other CTA's ticket (sixteenth session: 19.1 us against 19.4-19.5 at the seed shape).
-template <int NT, int NM = NT, bool MERGES = true, bool LEAN = false>
+template <int NT, int NM = NT, bool MERGES = true>
 __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2], int rA,
                                            bool writer, int split, double* s_wsum, int* s_flag) {
     // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums (lane c == 0 of the quad writes).
@@ -927,19 +888,18 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
     }
 
     // One ticket: the last CTA to finish merges every row.  The barrier orders every thread's writes (partials,
-    // positive cosines) before thread 0's gpu-scope fence and acq_rel atomic (the cooperative-groups grid-sync
-    // pattern); the merging CTA reads them through L2 (ld.cg) after its own acquire.  (Until the ninth session the
-    // last CTA of each m-tile merged its rows and a second ticket summed the m-tiles: 8.2 us of serial tail at the
-    // seed shape, by %globaltimer stamps; this is one ticket and one merge.)
+    // positive cosines) before thread 0's acq_rel atomic, whose release at gpu scope carries them (the pattern of
+    // CUTLASS's generic barrier); in the merging CTA the atomic's acquire and the barrier after it order every thread's
+    // reads (through L2, ld.cg) after the other CTAs' tickets.  (Until the sixteenth session a gpu-scope fence stood
+    // before the atomic and another after the barrier, MEMBAR.SC.GPU in the SASS: without them the seed shape took
+    // 18.6-18.9 us against 19.0-19.3 in the same bench calls.  Until the ninth session the last CTA of each m-tile
+    // merged its rows and a second ticket summed the m-tiles: 8.2 us of serial tail at the seed shape, by
+    // %globaltimer stamps; this is one ticket and one merge.)
     __syncthreads();
-    if (tid == 0) {
-        if (!LEAN) __threadfence();
-        *s_flag = atom_add_acq_rel_gpu(P.counters, 1u) == gridDim.x - 1;
-    }
+    if (tid == 0) *s_flag = atom_add_acq_rel_gpu(P.counters, 1u) == gridDim.x - 1;
     __syncthreads();
     V3_STAMP(4, true);  // ticket taken
     if (!*s_flag) return;
-    if (!LEAN) __threadfence();
 
     // Thread t owns rows t, t + NT, ...: it merges a row's S partials in split order, kMergeChunk loads in flight
     // (two rounds at the seed shape), into a (max, sum) with the sum in float.  This code runs once per launch on
@@ -995,89 +955,6 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
         double t = 0.0;
 #pragma unroll
         for (int w = 0; w < NT / 32; ++w) t += s_wsum[w];
-        P.out[0] = (float)(t / (double)B);
-        P.counters[0] = 0u;
-    }
-    V3_STAMP(6, true);  // merger: output written
-}
-
-// The SLOTS end (sixteenth session; needs every CTA of an m-tile resident at once: a cooperative launch).  Each CTA
-// publishes its (max, sum) per row as a 64-bit slot (max in the low word, sum in the high word; 0 means empty: a real
-// partial never is, since a row with a valid column has sum >= 1 and one without has max = -inf), then merges the rows
-// whose positive cosines it computed (local rows r with r % S == split), one warp per row: lane l polls the slots of
-// splits l, l + 32, ..., zeroes each after reading it, and the warp combines its lanes by a fixed shuffle tree
-// (deterministic).  The CTA's rows' losses go to cta_loss[blockIdx.x]; the last CTA to take the ticket adds the grid's
-// values in index order.  This replaces the one-SM merge of every row's S partials with S-way merges spread over the
-// grid, and the last CTA reads one value per CTA.
-__device__ __forceinline__ void st_relaxed_u64(unsigned long long* p, unsigned long long v) {
-    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long long* p) {
-    unsigned long long v;
-    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void lse_combine(float& m, float& s, float m2, float s2) {
-    const float mr = fmaxf(m, m2), mu = mr == -INFINITY ? 0.f : mr;
-    s = s * exp2f(m - mu) + s2 * exp2f(m2 - mu);
-    m = mr;
-}
-template <int NT>
-__device__ __forceinline__ void finish_cta_slots(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2],
-                                                 int rA, bool writer, int row0, int BM, int split, double* s_wsum,
-                                                 int* s_flag) {
-    const int B = P.B, S = P.S;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float sum = run_s[h];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int row = rA + 8 * h;
-        if (writer && row < B)
-            st_relaxed_u64(P.slots + (size_t)split * B + row,
-                           (unsigned long long)__float_as_uint(run_m[h]) |
-                               ((unsigned long long)__float_as_uint(sum) << 32));
-    }
-    constexpr double LN2 = 0.69314718055994530942;
-    double wsum = 0.0;  // lane 0: this warp's rows' losses
-    for (int r = split + S * warp; r < BM && row0 + r < B; r += S * (NT / 32)) {
-        const int row = row0 + r;
-        float m = -INFINITY, sum = 0.f;
-        for (int k = lane; k < S; k += 32) {
-            unsigned long long* slot = P.slots + (size_t)k * B + row;
-            unsigned long long v;
-            while ((v = ld_relaxed_u64(slot)) == 0ull) __nanosleep(32);  // unbounded: every CTA is resident
-            st_relaxed_u64(slot, 0ull);
-            lse_combine(m, sum, __uint_as_float((uint32_t)v), __uint_as_float((uint32_t)(v >> 32)));
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            lse_combine(m, sum, __shfl_xor_sync(0xffffffffu, m, off), __shfl_xor_sync(0xffffffffu, sum, off));
-        if (lane == 0) {
-            const double x = ((double)m + (double)log2f(sum)) * LN2 - P.pos[row];
-            const double loss = (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
-            if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
-            wsum += loss;
-        }
-    }
-    if (lane == 0) s_wsum[warp] = wsum;
-    __syncthreads();
-    if (tid == 0) {
-        double t = 0.0;
-#pragma unroll
-        for (int w = 0; w < NT / 32; ++w) t += s_wsum[w];
-        P.cta_loss[blockIdx.x] = t;
-        *s_flag = atom_add_acq_rel_gpu(P.counters, 1u) == gridDim.x - 1;  // the barrier + release: see finish_cta
-    }
-    __syncthreads();
-    V3_STAMP(4, true);  // ticket taken
-    if (!*s_flag || warp != 0) return;
-    double t = 0.0;  // lane l adds CTAs l, l + 32, ... in order, then a fixed tree
-    for (int b = lane; b < (int)gridDim.x; b += 32) t += __ldcg(P.cta_loss + b);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
-    if (lane == 0) {
         P.out[0] = (float)(t / (double)B);
         P.counters[0] = 0u;
     }
@@ -1485,20 +1362,10 @@ __global__ void __launch_bounds__(384, 1)
 // Measured (twelfth session, standalone bench, seed shape): 19.1-19.3 us against the 40-wide TMA kernel's 22.2-22.5;
 // by stamps the prologue ends 2.3 us after entry and the K loop takes 9.7 us (13.6 before), 1.3 us of it the split
 // of B's second group.
-// CS > 1 (sixteenth session): clusters of CS CTAs with the same m-tile and consecutive splits share each A stage
-// through TMA multicast: each CTA copies 64 / CS of the warpgroup's 64 rows into the stage of every CTA of the cluster,
-// so the L2 sends each query k-tile to an SM pair (or quad) once instead of once per SM.  A stage is refilled only
-// when the warpgroup of every CTA of the cluster has read it: each releases it with a remote arrive on an `empty`
-// mbarrier (count CS) in every CTA, on which the refilling thread waits.  One n-tile per CTA, S % CS == 0 (the plan
-// ensures both).  Why: the twelfth session's loop moves each CTA's 256 KB of A in about 9.7 us, and a four-warpgroup
-// version with half the work per warpgroup (this session) waited longer for its stages, not less.
-// BIS (bench bisect builds, timing only, wrong losses): 1 = A stages loaded once (no refill, no wait after the first
-// PD iterations), 2 = no A split, 4 = no wgmma, 8 = no positive cosines, 16 = B group 1 not split (its copies awaited),
-// 32 = B group 1's copies not awaited (split anyway).
-// A3D: the A stage as one 3-D copy of KPI k-tiles (D % 32 == 0; the plan checks) instead of KPI 2-D copies.
-// SLOTS: the end through finish_cta_slots (one n-tile per CTA, a cooperative launch; the plan ensures both).
-template <int BN, int PD, int KPI, int FG, int CS = 1, bool LEAN = false, int BIS = 0, bool A3D = false,
-          bool SLOTS = false>
+// A3D (sixteenth session): a stage's KPI k-tiles of A arrive by one 3-D tensor copy (D % 32 == 0; the plan checks)
+// instead of KPI 2-D copies, in the same shared-memory layout; the copy thread's refill costs about half as many
+// clocks (67 against 105-117 per k-tile), and the seed shape took 18.4-18.7 us against 18.6-18.9 with two copies.
+template <int BN, int PD, int KPI, int FG, bool A3D = false>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                               const WgParams P) {
@@ -1510,13 +1377,10 @@ __global__ void __launch_bounds__(256, 1)
     static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N");
     static_assert(PD >= 2 && (KPI == 1 || KPI == 2), "stages, k-tiles per stage");
     static_assert(FG % KPI == 0 && FG > 0, "B group 0 is a whole number of iterations");
-    static_assert(CS == 1 || CS == 2 || CS == 4, "cluster size");
-    static_assert(!A3D || CS == 1, "3-D A copies: no multicast");
     extern __shared__ unsigned char smem_raw[];
     __shared__ double s_wsum[NT / 32];
     __shared__ int s_flag;
     __shared__ alignas(8) unsigned long long s_full[2 * PD];  // warpgroup w's stage s: s_full[w * PD + s]
-    __shared__ alignas(8) unsigned long long s_empty[CS > 1 ? 2 * PD : 1];  // CS > 1: stage released by every CTA
     __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
 
     V3_STAMP(0, true);  // entry
@@ -1525,15 +1389,14 @@ __global__ void __launch_bounds__(256, 1)
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
     const int B = P.B, D = P.D, N = P.N, S = P.S;
     const int m_tiles = (B + BM - 1) / BM;
-    const int cid = blockIdx.x / CS, rank = CS == 1 ? 0 : (int)cluster_ctarank();  // cluster, rank in it
-    const int mt = cid % m_tiles, split = (cid / m_tiles) * CS + rank;             // CS = 1: x % m_tiles, x / m_tiles
+    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;
     const int row0 = mt * BM;
     const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // 32-bit, warp-uniform (see infonce_wgmma_kernel)
     const int t_begin = split * t_q + min(split, t_r);
     const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
     const int KI = (D + 32 * KPI - 1) / (32 * KPI);  // iterations per n-tile
     const int KTR = KI * KPI;                         // k-tiles of the resident B tile (past D: zeros)
-    const int total = (t_end - t_begin) * KI;         // iterations of each warpgroup (CS > 1: the same in every CTA)
+    const int total = (t_end - t_begin) * KI;         // iterations of each warpgroup
     const int rA = row0 + 64 * wg + 16 * wq + g;
 
     // Shared memory: the A rings (warpgroup w's stage s at sbase + (w * PD + s) * RAW_A, k-tile h of the stage
@@ -1542,7 +1405,6 @@ __global__ void __launch_bounds__(256, 1)
     const uint32_t a_ring = sbase + (uint32_t)(wg * PD * RAW_A);
     const uint32_t b_res = sbase + (uint32_t)(2 * PD * RAW_A);
     const uint32_t full0 = smem_u32(&s_full[wg * PD]);
-    const uint32_t empty0 = smem_u32(&s_empty[CS > 1 ? wg * PD : 0]);
 
     // The BN x D negatives tile `tile` into b_res as tf32 hi/lo, in two steps.  (1) Thread 0 copies k-tile kt's raw
     // BN x 32 box (tensor map, 128-byte swizzle: float 4j + e of row n in 16-byte chunk j at position j ^ (n & 7);
@@ -1573,13 +1435,13 @@ __global__ void __launch_bounds__(256, 1)
     // on first compute the positive cosines (they have few or no items in this group).
     auto b_split = [&](int grp, uint32_t parity, int cos_warp0) {
         const int k0 = grp == 0 ? 0 : FG, items = BN * ((grp == 0 ? min(FG, KTR) : KTR) - k0);
-        if (cos_warp0 >= 0 && warp >= cos_warp0 && !(BIS & 8))
+        if (cos_warp0 >= 0 && warp >= cos_warp0)
             positive_cosines(P, row0, BM, split, warp - cos_warp0, NT / 32 - cos_warp0, lane);
-        while (!((BIS & 32) && grp == 1) && !mbar_try(bbar(grp), parity)) {  // unbounded, as the A stages
+        while (!mbar_try(bbar(grp), parity)) {  // unbounded, as the A stages
         }
         // One item per thread at a time (two or three in flight made ptxas spill: 1-2 us slower at the seed shape).
 #pragma unroll 1
-        for (int q = tid; q < ((BIS & 16) && grp == 1 ? 0 : items); q += NT) {
+        for (int q = tid; q < items; q += NT) {
             const int kt = k0 + q / BN, n = q % BN;
             const uint32_t row = b_res + (uint32_t)(kt * 2 * BUF + n * 128);
             float4 f[8];
@@ -1606,25 +1468,15 @@ __global__ void __launch_bounds__(256, 1)
     // Warpgroup copy cursor (A does not depend on the n-tile): its thread 0 fills stage `stage` with k-tiles
     // ld_kt .. ld_kt + KPI - 1 of the warpgroup's 64 rows (zeros past B and past D, whole boxes included); every
     // thread advances the cursor.
-    // CS > 1: `fills` = the stage's earlier fills; a refill first waits until every CTA has released the last one,
-    // then this CTA copies its 64 / CS rows of the box to every CTA (each CTA's full barrier expects the whole stage).
     int ld_kt = 0;
-    auto tma_issue = [&](int stage, int fills) {
+    auto tma_issue = [&](int stage) {
         if ((tid & 127) == 0) {
             const uint32_t bar = full0 + 8u * (uint32_t)stage, dst = a_ring + (uint32_t)(stage * RAW_A);
-            if (CS > 1 && fills > 0)
-                while (!mbar_try_cluster(empty0 + 8u * (uint32_t)stage, (uint32_t)(fills - 1) & 1u)) {  // unbounded
-                }
             mbar_arrive_expect_tx(bar, (uint32_t)RAW_A);
             if (A3D) tma_load_3d(dst, &tmA, 0, row0 + 64 * wg, ld_kt, bar);
 #pragma unroll
-            for (int h = 0; h < (A3D ? 0 : KPI); ++h) {
-                if (CS == 1)
-                    tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (ld_kt + h) * 32, row0 + 64 * wg, bar);
-                else
-                    tma_load_2d_multicast(dst + (uint32_t)(h * RAW_K + rank * (RAW_K / CS)), &tmA, (ld_kt + h) * 32,
-                                          row0 + 64 * wg + rank * (64 / CS), bar, (uint16_t)((1u << CS) - 1u));
-            }
+            for (int h = 0; h < (A3D ? 0 : KPI); ++h)
+                tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (ld_kt + h) * 32, row0 + 64 * wg, bar);
         }
         ld_kt += KPI;
         if (ld_kt == KTR) ld_kt = 0;
@@ -1632,20 +1484,15 @@ __global__ void __launch_bounds__(256, 1)
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < 2 * PD; ++s) mbar_init(smem_u32(&s_full[0]) + 8u * (uint32_t)s, 1u);
-#pragma unroll
-        for (int s = 0; CS > 1 && s < 2 * PD; ++s) mbar_init(smem_u32(&s_empty[0]) + 8u * (uint32_t)s, (uint32_t)CS);
 #pragma unroll 1
         for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if (CS > 1)
-        cluster_sync_all();  // every CTA's barriers are initialised before any copy into it
-    else
-        __syncthreads();
+    __syncthreads();
     b_copy(t_begin, 0);  // in the order they are needed: B group 0, the first A stages, B group 1
 #pragma unroll
     for (int s = 0; s < PD; ++s)
-        if (s < total) tma_issue(s, 0);
+        if (s < total) tma_issue(s);
     b_copy(t_begin, 1);
     // The positive cosines: with one group, while group 0's copies are in flight (all warps); else at the start of
     // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
@@ -1670,7 +1517,7 @@ __global__ void __launch_bounds__(256, 1)
                 if (rd_ki * KPI == FG && NG == 2)  // the iteration reads B group 1 first: split it
                     b_split(1, (uint32_t)((rd_tile - t_begin) & 1), rd_tile == t_begin ? cos_warp0 : -1);
                 const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / PD) & 1u;
-                while ((!(BIS & 1) || it0 == 0) && !mbar_try(bar, par)) {  // unbounded, as the kernels above
+                while (!mbar_try(bar, par)) {  // unbounded, as the kernels above
                 }
                 V3_PHASE(0);  // waiting for the raw stage
                 const uint32_t ra = a_ring + (uint32_t)(s * RAW_A);
@@ -1684,22 +1531,16 @@ __global__ void __launch_bounds__(256, 1)
                         y[2 * h + v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
                     }
                 uint32_t ahi[4 * KH], alo[4 * KH];
-                split_a_fragments<KH, (BIS & 2) != 0>(x, y, ahi, alo);
+                split_a_fragments<KH>(x, y, ahi, alo);
                 V3_PHASE(1);  // shared loads and splits
                 bar_sync_named(1 + wg, 128);  // the warpgroup's 128 threads have read stage s
-                if (CS > 1 && it0 + s + PD < total && (tid & 127) < CS)  // release it to CTA (tid & 127)'s refill
-                    mbar_arrive_cluster(empty0 + 8u * (uint32_t)s, (uint32_t)(tid & 127));
                 V3_STAMP(2, it0 + s == 0);    // first stage read by warpgroup 0
                 V3_PHASE(2);  // warpgroup barrier
                 // the iteration's KPI resident k-tiles, hi and lo copies 2 * BUF apart per k-tile
-                if (!(BIS & 4))
-                    issue_3xtf32_batch<BN, KH>(acc, ahi, alo, descB + (uint64_t)((rd_ki * KPI * 2 * BUF) >> 4),
-                                               (uint64_t)((2 * BUF) >> 4), (uint64_t)(BUF >> 4), rd_ki == 0);
-                else
-#pragma unroll
-                    for (int i = 0; i < 4 * KH; ++i) acc[i % NACC] += __uint_as_float(ahi[i] ^ alo[i]);
+                issue_3xtf32_batch<BN, KH>(acc, ahi, alo, descB + (uint64_t)((rd_ki * KPI * 2 * BUF) >> 4),
+                                           (uint64_t)((2 * BUF) >> 4), (uint64_t)(BUF >> 4), rd_ki == 0);
                 V3_PHASE(3);  // wgmma issue
-                if (!(BIS & 1) && it0 + s + PD < total) tma_issue(s, it0 / PD + 1);  // refill stage s for it + PD, behind the batch
+                if (it0 + s + PD < total) tma_issue(s);  // refill stage s for iteration it + PD, behind the batch
                 V3_PHASE(6);  // TMA refill (warpgroup thread 0)
                 wg_wait<1>();  // the previous batch is done (its A fragments are free)
 #pragma unroll
@@ -1725,12 +1566,7 @@ __global__ void __launch_bounds__(256, 1)
     V3_PHASE_STORE();
     wg_wait<0>();
     V3_STAMP(3, true);  // K loop and last fold done
-    // (CS > 1: no cluster barrier is needed before exit: every copy into this CTA's smem and every arrive on its
-    // barriers is one it has waited for.)
-    if (SLOTS)
-        finish_cta_slots<NT>(P, run_m, run_s, rA, c == 0, row0, BM, split, s_wsum, &s_flag);
-    else
-        finish_cta<NT, NT, true, LEAN>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1747,16 +1583,14 @@ struct WgVariant {
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
-    int cs = 1;      // WG_BRES: CTAs per cluster sharing A by multicast (> 1: one n-tile per CTA, S % cs == 0)
-    bool a3d = false;  // WG_BRES: A stages as one 3-D copy (D % 32 == 0 only)
-    bool slots = false;  // WG_BRES: the slots end (one n-tile per CTA, every CTA resident: a cooperative launch)
-    int coop = -1;       // cooperative launch: -1 = as slots, 0 = no, 1 = yes (bench timing of the launch itself)
+    bool a3d = false;  // WG_BRES: A stages by one 3-D copy (D % 32 == 0 only; the plan checks)
 };
 
-// The automatic plan uses the first three: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
+// The automatic plan uses the first four: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
 // L2 traffic per flop), and the B-resident 128 x 40 kernel wherever it fits (one n-tile per CTA in one wave, the
 // tile's hi/lo in shared memory: the seed shape, 2 m-tiles x 64 splits = 128 CTAs; its efficiency 1.0 makes it win
-// over the 40-wide TMA kernel there: 19.1-19.3 us against 22.2-22.5 in the twelfth session's bench calls).  The bench
+// over the 40-wide TMA kernel there: 19.1-19.3 us against 22.2-22.5 in the twelfth session's bench calls), in its
+// 3-D-copy form when D % 32 == 0 (listed first, so it wins the tie).  The bench
 // also builds the others (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles, the B-resident kernel with
 // the whole tile split in the prologue, the producer-warpgroup kernel, one-warpgroup CTAs two per SM) to time them;
 // the extension does not compile them.  All of them compile without register spills (ptxas -v), and without ptxas's
@@ -1764,39 +1598,15 @@ struct WgVariant {
 static const WgVariant kWgVariants[] = {
     {"tma_n40_s4", 2, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
+    {"bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true>, 1.00, true, true},
     {"bres_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2>, 1.00, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
     {"bres_n40_s2k2_all", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 1024>, 1.00, false},
-    {"bres_n40_s2k2_lean", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true>, 1.00, false},
-    {"bres_c2_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 2, true>, 1.00, false, 2},
-    {"bres_c4_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 4, true>, 1.00, false, 4},
-    {"bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 0, true>, 1.00,
-     false, 1, true},
-    {"bslot_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 0, false, true>,
-     1.00, false, 1, false, true},
-    {"bslot3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 0, true, true>,
-     1.00, false, 1, true, true},
-    {"bres3d_coop", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 0, true>, 1.00,
-     false, 1, true, false, 1},
     {"prod_n40_s4", 2, 40, 4, 4, true, WG_PROD, infonce_wgmma_prod_kernel<40, 4>, 0.85, false},
     {"tma1_n40_s4", 1, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<1, 40, 4, 4, true>, 0.85, false},
     {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, WG_PLAIN, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
     {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, WG_PLAIN, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
     {"tma_n80_s4", 2, 80, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
-#endif
-#ifdef INFONCE_V3_BISECT  // timing only: wrong losses (see BIS)
-    // (a plain launch: deadlocks if the grid is not all resident, which the bench's idle GPU ensures)
-    {"bis_bslot3d_plain", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 0, true, true>,
-     1.00, false, 1, true, true, 0},
-    {"bis_a_once", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 1>, 1.00, false},
-    {"bis_nosplit", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 2>, 1.00, false},
-    {"bis_nowgmma", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 4>, 1.00, false},
-    {"bis_a_once_nosplit", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 3>, 1.00, false},
-    {"bis_a_once_nowgmma", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 5>, 1.00, false},
-    {"bis_nocos", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 8>, 1.00, false},
-    {"bis_nob1split", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 16>, 1.00, false},
-    {"bis_nob1wait", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 32>, 1.00, false},
-    {"bis_nocos_nob1", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, 1, true, 56>, 1.00, false},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
@@ -1827,7 +1637,7 @@ inline TensorMapEncodeFn tensor_map_encoder() {
     return fn;
 }
 // The same rows x D matrix (D % 32 == 0) as [D / 32][rows][32]: a box of box_kt k-tiles of box_rows x 32 floats lands
-// in shared memory as box_kt consecutive 2-D boxes (k-tile h at h * box_rows * 128 bytes, same swizzle).
+// in shared memory as box_kt consecutive 2-D boxes (k-tile h at h * box_rows * 128 bytes, the same swizzle).
 inline cudaError_t encode_rows_map_3d(CUtensorMap* map, const float* base, int rows, int D, int box_rows, int box_kt) {
     const TensorMapEncodeFn fn = tensor_map_encoder();
     if (fn == nullptr) return cudaErrorNotSupported;
@@ -1862,7 +1672,7 @@ struct Plan {
     int variant = 0;    // path 0: index into kWgVariants; path 1: 0 = 128x128 tile, 1 = 64x80 tile
     bool vec4 = false;  // 16-byte loads possible (D % 4 == 0 and all three bases 16-byte aligned)
     int S = 1, m_tiles = 1, n_tiles = 1, grid = 1, threads = 0, smem = 0;
-    size_t off_pos = 0, off_part = 0, off_closs = 0, ws_bytes = 0;  // workspace layout (bytes)
+    size_t off_pos = 0, off_part = 0, ws_bytes = 0;  // workspace layout (bytes)
     int counters = 1;                                              // zeroed unsigned counters needed
 };
 
@@ -1898,14 +1708,11 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
             // B resident: made for small problems, one n-tile per CTA in one wave (each further tile of a CTA is
             // loaded and split in turn, with the loop stopped)
             if (v.kind == WG_BRES && variant < 0 && mt * nt > sms) continue;
-            if (nt % v.cs != 0) continue;  // clusters: S = nt CTAs per m-tile, a whole number of clusters
             if (v.a3d && D % 32 != 0) continue;
             const long long s_max = std::min<long long>(nt, 1024);
-            if (v.slots && mt * nt > sms) continue;  // the slots end: every CTA resident
-            const bool one_tile = v.kind == WG_BRES && (variant < 0 || v.cs > 1 || v.slots);  // (clusters, slots: always)
             for (long long s = 1; s <= s_max; ++s) {
-                if (splits > 0 && v.cs == 1 && !v.slots && s != std::min<long long>(splits, s_max)) continue;
-                if (one_tile && s != nt) continue;
+                if (splits > 0 && s != std::min<long long>(splits, s_max)) continue;
+                if (v.kind == WG_BRES && variant < 0 && s != nt) continue;
                 if (mt * s > 0x7fffffffLL) break;
                 const long long waves = (mt * s + (long long)sms * per_sm - 1) / ((long long)sms * per_sm);
                 const long long per_cta = (nt + s - 1) / s;
@@ -1923,7 +1730,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.n_tiles = (N + v.bn - 1) / v.bn;
         pl.threads = 128 * v.wgs + (v.kind == WG_PROD ? 128 : 0);
         pl.smem = (int)wg_smem_bytes(v, D);
-        pl.counters = v.slots ? 2 + 2 * pl.S * B : 1;  // the ticket, then (8-byte aligned) the slots end's S x B slots
+        pl.counters = 1;
     } else {
         const LegacyCfg cfgs[2] = {legacy_cfg<INFONCE_V3_LEGACY_BIG>(1.0), legacy_cfg<INFONCE_V3_LEGACY_SMALL>(0.7)};
         int best_c = 0, best_S = 1;
@@ -1952,8 +1759,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
     pl.grid = (int)std::min<long long>((long long)pl.m_tiles * pl.S, 0x7fffffffLL);
     pl.off_pos = 0;
     pl.off_part = align256((size_t)B * sizeof(double));
-    pl.off_closs = pl.off_part + align256((size_t)pl.S * B * sizeof(float2));
-    pl.ws_bytes = pl.off_closs + align256((size_t)pl.grid * sizeof(double));
+    pl.ws_bytes = pl.off_part + align256((size_t)pl.S * B * sizeof(float2));
     return pl;
 }
 
@@ -2009,37 +1815,14 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.B = B, P.D = D, P.N = N, P.S = pl.S, P.n_tiles = pl.n_tiles;
         P.scale2 = scale2, P.inv_t = inv_t;
         P.part = part, P.pos = pos, P.counters = counters, P.out = out;
-        P.slots = reinterpret_cast<unsigned long long*>(counters + 2);
-        P.cta_loss = reinterpret_cast<double*>(w + pl.off_closs);
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
         CUtensorMap tmA = {}, tmB = {};
         if (v.tma) {
-            // BRES: a box per warpgroup (clusters: per CTA of the cluster, 64 / cs rows of it)
+            // BRES: a box per warpgroup (A3D: of kh / 4 k-tiles)
             e = v.a3d ? encode_rows_map_3d(&tmA, q, B, D, 64, v.kh / 4)
-                      : encode_rows_map(&tmA, q, B, D, v.kind == WG_BRES ? 64 / v.cs : 64 * v.wgs);
+                      : encode_rows_map(&tmA, q, B, D, v.kind == WG_BRES ? 64 : 64 * v.wgs);
             if (e == cudaSuccess) e = encode_rows_map(&tmB, n, N, D, v.bn);
             if (e != cudaSuccess) return e;
-        }
-        const bool coop = v.coop < 0 ? v.slots : v.coop == 1;
-        if (v.cs > 1 || coop) {  // a cluster, or (slots) a cooperative launch: every CTA resident at once
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3((unsigned)pl.grid);
-            cfg.blockDim = dim3((unsigned)pl.threads);
-            cfg.dynamicSmemBytes = (size_t)pl.smem;
-            cfg.stream = stream;
-            cudaLaunchAttribute attr[1];
-            if (coop) {
-                attr[0].id = cudaLaunchAttributeCooperative;
-                attr[0].val.cooperative = 1;
-            } else {
-                attr[0].id = cudaLaunchAttributeClusterDimension;
-                attr[0].val.clusterDim.x = (unsigned)v.cs;
-                attr[0].val.clusterDim.y = 1;
-                attr[0].val.clusterDim.z = 1;
-            }
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
-            return cudaLaunchKernelEx(&cfg, v.kern, tmA, tmB, P);
         }
         v.kern<<<pl.grid, pl.threads, pl.smem, stream>>>(tmA, tmB, P);
         return cudaGetLastError();
