@@ -576,6 +576,12 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
 }
+// 3-D tile copy: the BRES kernel's A stage of KPI k-tiles in one copy (the query matrix seen as [k-tile][row][32]).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int x, int y, int z, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+        ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar) : "memory");
+}
 __device__ __forceinline__ void sts4(uint32_t addr, const uint32_t (&v)[4]) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                  : "memory");
@@ -882,19 +888,18 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
     }
 
     // One ticket: the last CTA to finish merges every row.  The barrier orders every thread's writes (partials,
-    // positive cosines) before thread 0's gpu-scope fence and acq_rel atomic (the cooperative-groups grid-sync
-    // pattern); the merging CTA reads them through L2 (ld.cg) after its own acquire.  (Until the ninth session the
-    // last CTA of each m-tile merged its rows and a second ticket summed the m-tiles: 8.2 us of serial tail at the
-    // seed shape, by %globaltimer stamps; this is one ticket and one merge.)
+    // positive cosines) before thread 0's acq_rel atomic, whose release at gpu scope carries them (the pattern of
+    // CUTLASS's generic barrier); in the merging CTA the atomic's acquire and the barrier after it order every thread's
+    // reads (through L2, ld.cg) after the other CTAs' tickets.  (Until the sixteenth session a gpu-scope fence stood
+    // before the atomic and another after the barrier, MEMBAR.SC.GPU in the SASS: without them the seed shape took
+    // 18.6-18.9 us against 19.0-19.3 in the same bench calls.  Until the ninth session the last CTA of each m-tile
+    // merged its rows and a second ticket summed the m-tiles: 8.2 us of serial tail at the seed shape, by
+    // %globaltimer stamps; this is one ticket and one merge.)
     __syncthreads();
-    if (tid == 0) {
-        __threadfence();
-        *s_flag = atom_add_acq_rel_gpu(P.counters, 1u) == gridDim.x - 1;
-    }
+    if (tid == 0) *s_flag = atom_add_acq_rel_gpu(P.counters, 1u) == gridDim.x - 1;
     __syncthreads();
     V3_STAMP(4, true);  // ticket taken
     if (!*s_flag) return;
-    __threadfence();
 
     // Thread t owns rows t, t + NT, ...: it merges a row's S partials in split order, kMergeChunk loads in flight
     // (two rounds at the seed shape), into a (max, sum) with the sum in float.  This code runs once per launch on
@@ -1357,7 +1362,10 @@ __global__ void __launch_bounds__(384, 1)
 // Measured (twelfth session, standalone bench, seed shape): 19.1-19.3 us against the 40-wide TMA kernel's 22.2-22.5;
 // by stamps the prologue ends 2.3 us after entry and the K loop takes 9.7 us (13.6 before), 1.3 us of it the split
 // of B's second group.
-template <int BN, int PD, int KPI, int FG>
+// A3D (sixteenth session): a stage's KPI k-tiles of A arrive by one 3-D tensor copy (D % 32 == 0; the plan checks)
+// instead of KPI 2-D copies, in the same shared-memory layout; the copy thread's refill costs about half as many
+// clocks (67 against 105-117 per k-tile), and the seed shape took 18.4-18.7 us against 18.6-18.9 with two copies.
+template <int BN, int PD, int KPI, int FG, bool A3D = false>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                               const WgParams P) {
@@ -1465,8 +1473,9 @@ __global__ void __launch_bounds__(256, 1)
         if ((tid & 127) == 0) {
             const uint32_t bar = full0 + 8u * (uint32_t)stage, dst = a_ring + (uint32_t)(stage * RAW_A);
             mbar_arrive_expect_tx(bar, (uint32_t)RAW_A);
+            if (A3D) tma_load_3d(dst, &tmA, 0, row0 + 64 * wg, ld_kt, bar);
 #pragma unroll
-            for (int h = 0; h < KPI; ++h)
+            for (int h = 0; h < (A3D ? 0 : KPI); ++h)
                 tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (ld_kt + h) * 32, row0 + 64 * wg, bar);
         }
         ld_kt += KPI;
@@ -1574,12 +1583,14 @@ struct WgVariant {
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
+    bool a3d = false;  // WG_BRES: A stages by one 3-D copy (D % 32 == 0 only; the plan checks)
 };
 
-// The automatic plan uses the first three: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
+// The automatic plan uses the first four: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
 // L2 traffic per flop), and the B-resident 128 x 40 kernel wherever it fits (one n-tile per CTA in one wave, the
 // tile's hi/lo in shared memory: the seed shape, 2 m-tiles x 64 splits = 128 CTAs; its efficiency 1.0 makes it win
-// over the 40-wide TMA kernel there: 19.1-19.3 us against 22.2-22.5 in the twelfth session's bench calls).  The bench
+// over the 40-wide TMA kernel there: 19.1-19.3 us against 22.2-22.5 in the twelfth session's bench calls), in its
+// 3-D-copy form when D % 32 == 0 (listed first, so it wins the tie).  The bench
 // also builds the others (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles, the B-resident kernel with
 // the whole tile split in the prologue, the producer-warpgroup kernel, one-warpgroup CTAs two per SM) to time them;
 // the extension does not compile them.  All of them compile without register spills (ptxas -v), and without ptxas's
@@ -1587,6 +1598,7 @@ struct WgVariant {
 static const WgVariant kWgVariants[] = {
     {"tma_n40_s4", 2, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
+    {"bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true>, 1.00, true, true},
     {"bres_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2>, 1.00, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
     {"bres_n40_s2k2_all", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 1024>, 1.00, false},
@@ -1623,6 +1635,20 @@ inline TensorMapEncodeFn tensor_map_encoder() {
         return reinterpret_cast<TensorMapEncodeFn>(p);
     }();
     return fn;
+}
+// The same rows x D matrix (D % 32 == 0) as [D / 32][rows][32]: a box of box_kt k-tiles of box_rows x 32 floats lands
+// in shared memory as box_kt consecutive 2-D boxes (k-tile h at h * box_rows * 128 bytes, the same swizzle).
+inline cudaError_t encode_rows_map_3d(CUtensorMap* map, const float* base, int rows, int D, int box_rows, int box_kt) {
+    const TensorMapEncodeFn fn = tensor_map_encoder();
+    if (fn == nullptr) return cudaErrorNotSupported;
+    const cuuint64_t dims[3] = {32u, (cuuint64_t)rows, (cuuint64_t)(D / 32)};
+    const cuuint64_t strides[2] = {(cuuint64_t)D * sizeof(float), 32u * sizeof(float)};
+    const cuuint32_t box[3] = {32u, (cuuint32_t)box_rows, (cuuint32_t)box_kt};
+    const cuuint32_t elem[3] = {1u, 1u, 1u};
+    const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(base), dims, strides, box, elem,
+                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 // rows x D fp32 row-major at base (16-byte aligned, D % 4 == 0), boxes of box_rows x 32 floats, 128-byte swizzle,
 // zeros outside the tensor.
@@ -1682,6 +1708,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
             // B resident: made for small problems, one n-tile per CTA in one wave (each further tile of a CTA is
             // loaded and split in turn, with the loop stopped)
             if (v.kind == WG_BRES && variant < 0 && mt * nt > sms) continue;
+            if (v.a3d && D % 32 != 0) continue;
             const long long s_max = std::min<long long>(nt, 1024);
             for (long long s = 1; s <= s_max; ++s) {
                 if (splits > 0 && s != std::min<long long>(splits, s_max)) continue;
@@ -1791,7 +1818,9 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
         CUtensorMap tmA = {}, tmB = {};
         if (v.tma) {
-            e = encode_rows_map(&tmA, q, B, D, v.kind == WG_BRES ? 64 : 64 * v.wgs);  // BRES: a box per warpgroup
+            // BRES: a box per warpgroup (A3D: of kh / 4 k-tiles)
+            e = v.a3d ? encode_rows_map_3d(&tmA, q, B, D, 64, v.kh / 4)
+                      : encode_rows_map(&tmA, q, B, D, v.kind == WG_BRES ? 64 : 64 * v.wgs);
             if (e == cudaSuccess) e = encode_rows_map(&tmB, n, N, D, v.bn);
             if (e != cudaSuccess) return e;
         }
