@@ -490,9 +490,7 @@ struct WgParams {
     double inv_t;
     float2* part;       // [S][B]
     double* pos;        // [B]
-    unsigned* counters; // [1] ([2 + m-tiles] with mergers), zero between launches
-    int workers;        // CTAs that compute tiles (blockIdx.x < workers); the rest are mergers (BRES kernel)
-    double* msum;       // [mergers]: each merger's sum of row losses
+    unsigned* counters; // [1], zero between launches
     float* out;
     float* dbg_logits;  // optional [B][N]: raw dot products (debug)
     double* dbg_rowloss;  // optional [B]: per-row loss (debug)
@@ -523,15 +521,6 @@ __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* p, unsigned v
     unsigned old;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return old;
-}
-// The merger CTAs' signals (BRES kernel with mergers): a release add, and an acquire load to poll it.
-__device__ __forceinline__ void red_add_release_gpu(unsigned* p, unsigned v) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
 }
 // wgmma path's split: hi = tf32 round-to-nearest-even of x (cvt.rn.tf32.f32 is one F2FP instruction on sm_90;
 // the mask makes hi's low 13 bits exactly zero, so x - hi below is the exact remainder of the value the tensor core
@@ -879,73 +868,6 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
     }
 }
 
-// This CTA's (max, sum) per row: the quad shares the max; add the quad's sums (lane c == 0 of the quad writes).
-__device__ __forceinline__ void write_partials(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2],
-                                               int rA, bool writer, int split) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float sum = run_s[h];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int row = rA + 8 * h;
-        if (writer && row < P.B) P.part[(size_t)split * P.B + row] = make_float2(run_m[h], sum);
-    }
-}
-
-// Row `row`'s partials of splits j0, j0 + step, ... < nS folded in that order into (m, sum), kChunk loads in flight.
-// Numerics: the sum is of S positive terms, so in float it is within about S x 2^-24 relative of the exact sum
-// (8e-6 at S = 132; the plan's S stays near the SM count), and the loss's relative error from a relative error e
-// of the sum is at most e (a log, then softplus, whose slope is below 1): far inside the 1e-4 tolerance.  (It
-// was a double sum until the eleventh session: 16,384 float-to-double conversions and double FMAs on the one
-// merging SM, about 1 us of the seed shape's tail.)
-template <int kChunk>
-__device__ __forceinline__ void merge_partials(const float2* part, int nB, int row, int j0, int step, int nS, float& m,
-                                               float& sum) {
-    m = -INFINITY, sum = 0.f;
-#pragma unroll 1
-    for (int k0 = j0; k0 < nS; k0 += kChunk * step) {
-        float2 v[kChunk];
-#pragma unroll
-        for (int u = 0; u < kChunk; ++u)
-            v[u] = k0 + u * step < nS ? __ldcg(part + (size_t)(k0 + u * step) * nB + row) : make_float2(-INFINITY, 0.f);
-        float mr = m;
-#pragma unroll
-        for (int u = 0; u < kChunk; ++u) mr = fmaxf(mr, v[u].x);  // an empty partial is (-inf, 0)
-        const float mu = mr == -INFINITY ? 0.f : mr;
-        sum *= exp2f(m - mu);
-#pragma unroll
-        for (int u = 0; u < kChunk; ++u) sum = fmaf(v[u].y, exp2f(v[u].x - mu), sum);
-        m = mr;
-    }
-}
-
-// One row's loss from its merged (max, sum) in log2 units and its positive logit pv.  A merged sum is >= 1 (the
-// partial holding the row's max contributes exp2(0) * its own sum >= 1), so log2f of it is well conditioned
-// (absolute error ~1e-6 at most); x = lse - pos is formed in double from the exact float max and the double positive
-// logit, and softplus(x) = max(x, 0) + log1p(e^-|x|) keeps full relative accuracy when the loss is tiny (log1pf and
-// expf: ~1e-7).
-__device__ __forceinline__ double row_loss(float m, float sum, double pv) {
-    constexpr double LN2 = 0.69314718055994530942;
-    const double x = ((double)m + (double)log2f(sum)) * LN2 - pv;
-    return (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
-}
-
-// The sum of every thread's v, in a fixed order (deterministic), returned to thread 0 (other threads: garbage).
-template <int NT>
-__device__ __forceinline__ double cta_sum(double v, double* s_wsum) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    if (lane == 0) s_wsum[warp] = v;
-    __syncthreads();
-    double t = 0.0;
-    if (threadIdx.x == 0) {
-#pragma unroll
-        for (int w = 0; w < NT / 32; ++w) t += s_wsum[w];
-    }
-    return t;
-}
-
 // The end of the wgmma kernel: write this CTA's per-row (max, sum) partials; the last CTA of the grid (one
 // acq_rel ticket) merges every row and writes the mean loss.  NT = threads per CTA (all of them take part in the
 // barriers).  Threads tid < NM merge the rows; MERGES = false compiles a copy without the merge loop (for the
@@ -953,9 +875,17 @@ __device__ __forceinline__ double cta_sum(double v, double* s_wsum) {
 template <int NT, int NM = NT, bool MERGES = true>
 __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2], int rA,
                                            bool writer, int split, double* s_wsum, int* s_flag) {
+    // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums (lane c == 0 of the quad writes).
     const int B = P.B, S = P.S;
-    const int tid = threadIdx.x;
-    write_partials(P, run_m, run_s, rA, writer, split);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum = run_s[h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = rA + 8 * h;
+        if (writer && row < B) P.part[(size_t)split * B + row] = make_float2(run_m[h], sum);
+    }
 
     // One ticket: the last CTA to finish merges every row.  The barrier orders every thread's writes (partials,
     // positive cosines) before thread 0's acq_rel atomic, whose release at gpu scope carries them (the pattern of
@@ -975,6 +905,15 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
     // (two rounds at the seed shape), into a (max, sum) with the sum in float.  This code runs once per launch on
     // one SM, so it starts with a cold instruction cache: it is kept short (rolled loops, no double-precision
     // library calls), which the ninth session's stamps showed to matter more than its arithmetic.
+    // Numerics: the sum is of S positive terms, so in float it is within about S x 2^-24 relative of the exact sum
+    // (8e-6 at S = 132; the plan's S stays near the SM count), and the loss's relative error from a relative error e
+    // of the sum is at most e (a log, then softplus, whose slope is below 1): far inside the 1e-4 tolerance.  (It
+    // was a double sum until the eleventh session: 16,384 float-to-double conversions and double FMAs on the one
+    // merging SM, about 1 us of the seed shape's tail.)  The merged sum is >= 1 (the partial holding the row's max
+    // contributes exp2(0) * its own sum >= 1), so log2f of it is well conditioned (absolute error ~1e-6 at most);
+    // x = lse - pos is formed in double from the exact float max and the double positive logit, and softplus(x) =
+    // max(x, 0) + log1p(e^-|x|) keeps full relative accuracy when the loss is tiny (log1pf and expf: ~1e-7).
+    constexpr double LN2 = 0.69314718055994530942;
     constexpr int kMergeChunk = 32;  // 64 was slower (twelfth session, BRES kernel: 4.4 us of merge against 2.8)
     // The merge's pointers and sizes in registers: left to itself ptxas may reload them from the kernel parameters
     // (constant bank, cold on this SM) for every load (the PROD kernel's SASS: 64 LDC before the 32 loads).
@@ -986,80 +925,40 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
 #pragma unroll 1
     for (int row = tid; MERGES && row < nB; row += NM) {
         const double pv = __ldcg(pos + row);
-        float m, sum;
-        merge_partials<kMergeChunk>(part, nB, row, 0, 1, nS, m, sum);
-        const double loss = row_loss(m, sum, pv);
+        float m = -INFINITY, sum = 0.f;
+#pragma unroll 1
+        for (int k0 = 0; k0 < nS; k0 += kMergeChunk) {
+            float2 v[kMergeChunk];
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u)
+                v[u] = k0 + u < nS ? __ldcg(part + (size_t)(k0 + u) * nB + row) : make_float2(-INFINITY, 0.f);
+            float mr = m;
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u) mr = fmaxf(mr, v[u].x);  // an empty partial is (-inf, 0)
+            const float mu = mr == -INFINITY ? 0.f : mr;
+            sum *= exp2f(m - mu);
+#pragma unroll
+            for (int u = 0; u < kMergeChunk; ++u) sum = fmaf(v[u].y, exp2f(v[u].x - mu), sum);
+            m = mr;
+        }
+        const double x = ((double)m + (double)log2f(sum)) * LN2 - pv;
+        const double loss = (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
         if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
         tloss += loss;
     }
     V3_STAMP(5, true);  // merger: row losses formed
-    const double t = cta_sum<NT>(tloss, s_wsum);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) tloss += __shfl_xor_sync(0xffffffffu, tloss, off);
+    if (lane == 0) s_wsum[warp] = tloss;
+    __syncthreads();
     if (tid == 0) {
+        double t = 0.0;
+#pragma unroll
+        for (int w = 0; w < NT / 32; ++w) t += s_wsum[w];
         P.out[0] = (float)(t / (double)B);
         P.counters[0] = 0u;
     }
     V3_STAMP(6, true);  // merger: output written
-}
-
-// The BRES kernel's other end (kMergers more CTAs than tiles): instead of a ticket and a merge by whichever CTA
-// finishes last, kMergers CTAs launched with the workers wait for them on otherwise idle SMs (the seed shape's 128
-// tiles leave 4 of the H200's 132 free), each merging its share of the rows as soon as their m-tile's S partials are
-// in: a warm instruction cache, a quarter of the rows per SM and 4 threads per row.  Workers never wait for a merger,
-// so the order in which CTAs start cannot deadlock.  Counters: [1] mergers done, [2 + mt] workers of m-tile mt done;
-// merger 0 adds the mergers' sums in merger order (deterministic) and leaves every counter zero.
-constexpr int kMergers = 4;
-__device__ __forceinline__ void signal_partials(const WgParams& P, int mt) {
-    __syncthreads();  // every thread's partials and cosines before thread 0's release (as the ticket above)
-    if (threadIdx.x == 0) red_add_release_gpu(P.counters + 2 + mt, 1u);
-}
-template <int NT>
-__device__ __forceinline__ void merge_cta(const WgParams& P, double* s_wsum) {
-    constexpr int TPR = 4, RPP = NT / TPR;  // threads per row, rows per pass
-    const int k = (int)blockIdx.x - P.workers, nmg = (int)gridDim.x - P.workers;
-    const int B = P.B, S = P.S, m_tiles = (B + 127) / 128;
-    const int R = (B + nmg - 1) / nmg, r_begin = min(B, k * R), r_end = min(B, r_begin + R);
-    const int tid = threadIdx.x, sub = tid % TPR;
-    if (r_begin < r_end && tid < 32) {  // warp 0 waits for the m-tiles of rows [r_begin, r_end), one per lane
-        for (int mt = r_begin / 128 + tid; mt <= (r_end - 1) / 128; mt += 32)
-            while (ld_acquire_gpu(P.counters + 2 + mt) < (unsigned)S) {
-            }
-    }
-    __syncthreads();
-    double tloss = 0.0;
-#pragma unroll 1
-    for (int r0 = r_begin; r0 < r_end; r0 += RPP) {
-        const int row = r0 + tid / TPR, rr = min(row, r_end - 1);  // the quad of a row past r_end repeats the last
-        float m, sum;
-        merge_partials<16>(P.part, B, rr, sub, TPR, S, m, sum);
-        // the quad's (max, sum), combined in the same order by all four lanes
-        float mq = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        mq = fmaxf(mq, __shfl_xor_sync(0xffffffffu, mq, 2));
-        float s = m == -INFINITY ? 0.f : sum * exp2f(m - mq);
-        s += __shfl_xor_sync(0xffffffffu, s, 1);
-        s += __shfl_xor_sync(0xffffffffu, s, 2);
-        if (sub == 0 && row < r_end) {
-            const double loss = row_loss(mq, s, __ldcg(P.pos + row));
-            if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
-            tloss += loss;
-        }
-    }
-    double t = cta_sum<NT>(tloss, s_wsum);
-    if (k != 0) {
-        if (tid == 0) {
-            P.msum[k] = t;
-            red_add_release_gpu(P.counters + 1, 1u);
-        }
-        return;
-    }
-    if (tid == 0) {
-        while (ld_acquire_gpu(P.counters + 1) < (unsigned)(nmg - 1)) {
-        }
-        for (int j = 1; j < nmg; ++j) t += __ldcg(P.msum + j);
-        P.out[0] = (float)(t / (double)B);
-    }
-    __syncthreads();  // every merger is past its reads of the counters: leave them zero for the next launch
-    for (int i = tid; i < 2 + m_tiles; i += NT) P.counters[i] = 0u;
-    V3_STAMP(6, true);  // merger 0: output written
 }
 
 // TMA = false: each thread loads its pieces straight to registers, PD iterations ahead (the eighth session's path).
@@ -1466,7 +1365,7 @@ __global__ void __launch_bounds__(384, 1)
 // A3D (sixteenth session): a stage's KPI k-tiles of A arrive by one 3-D tensor copy (D % 32 == 0; the plan checks)
 // instead of KPI 2-D copies, in the same shared-memory layout; the copy thread's refill costs about half as many
 // clocks (67 against 105-117 per k-tile), and the seed shape took 18.4-18.7 us against 18.6-18.9 with two copies.
-template <int BN, int PD, int KPI, int FG, bool A3D = false, bool MG = false>
+template <int BN, int PD, int KPI, int FG, bool A3D = false>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                               const WgParams P) {
@@ -1485,10 +1384,6 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
 
     V3_STAMP(0, true);  // entry
-    if (MG && (int)blockIdx.x >= P.workers) {  // a merger CTA (see merge_cta)
-        merge_cta<NT>(P, s_wsum);
-        return;
-    }
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
@@ -1671,12 +1566,7 @@ __global__ void __launch_bounds__(256, 1)
     V3_PHASE_STORE();
     wg_wait<0>();
     V3_STAMP(3, true);  // K loop and last fold done
-    if (MG) {
-        write_partials(P, run_m, run_s, rA, c == 0, split);
-        signal_partials(P, mt);
-    } else {
-        finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
-    }
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1694,7 +1584,6 @@ struct WgVariant {
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
     bool a3d = false;  // WG_BRES: A stages by one 3-D copy (D % 32 == 0 only; the plan checks)
-    int mergers = 0;   // WG_BRES: merger CTAs beside the tiles' (merge_cta; the plan needs the SMs free for them)
 };
 
 // The automatic plan uses the first four: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
@@ -1709,8 +1598,6 @@ struct WgVariant {
 static const WgVariant kWgVariants[] = {
     {"tma_n40_s4", 2, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
-    {"bres3d_mg_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true, true>, 1.00, false,
-     true, kMergers},
     {"bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true>, 1.00, true, true},
     {"bres_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2>, 1.00, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
@@ -1787,8 +1674,6 @@ struct Plan {
     int S = 1, m_tiles = 1, n_tiles = 1, grid = 1, threads = 0, smem = 0;
     size_t off_pos = 0, off_part = 0, ws_bytes = 0;  // workspace layout (bytes)
     int counters = 1;                                              // zeroed unsigned counters needed
-    int mergers = 0;                                               // merger CTAs after the tiles' (grid includes them)
-    size_t off_msum = 0;
 };
 
 inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -1822,7 +1707,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
             if (wg_smem_bytes(v, D) > kMaxDynSmem) continue;
             // B resident: made for small problems, one n-tile per CTA in one wave (each further tile of a CTA is
             // loaded and split in turn, with the loop stopped)
-            if (v.kind == WG_BRES && variant < 0 && mt * nt + v.mergers > sms) continue;
+            if (v.kind == WG_BRES && variant < 0 && mt * nt > sms) continue;
             if (v.a3d && D % 32 != 0) continue;
             const long long s_max = std::min<long long>(nt, 1024);
             for (long long s = 1; s <= s_max; ++s) {
@@ -1845,8 +1730,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.n_tiles = (N + v.bn - 1) / v.bn;
         pl.threads = 128 * v.wgs + (v.kind == WG_PROD ? 128 : 0);
         pl.smem = (int)wg_smem_bytes(v, D);
-        pl.mergers = v.mergers;
-        pl.counters = 2 + pl.m_tiles;
+        pl.counters = 1;
     } else {
         const LegacyCfg cfgs[2] = {legacy_cfg<INFONCE_V3_LEGACY_BIG>(1.0), legacy_cfg<INFONCE_V3_LEGACY_SMALL>(0.7)};
         int best_c = 0, best_S = 1;
@@ -1872,11 +1756,10 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.smem = c.smem;
         pl.counters = 1;
     }
-    pl.grid = (int)std::min<long long>((long long)pl.m_tiles * pl.S + pl.mergers, 0x7fffffffLL);
+    pl.grid = (int)std::min<long long>((long long)pl.m_tiles * pl.S, 0x7fffffffLL);
     pl.off_pos = 0;
     pl.off_part = align256((size_t)B * sizeof(double));
-    pl.off_msum = pl.off_part + align256((size_t)pl.S * B * sizeof(float2));
-    pl.ws_bytes = pl.off_msum + align256((size_t)std::max(pl.mergers, 1) * sizeof(double));
+    pl.ws_bytes = pl.off_part + align256((size_t)pl.S * B * sizeof(float2));
     return pl;
 }
 
@@ -1932,7 +1815,6 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.B = B, P.D = D, P.N = N, P.S = pl.S, P.n_tiles = pl.n_tiles;
         P.scale2 = scale2, P.inv_t = inv_t;
         P.part = part, P.pos = pos, P.counters = counters, P.out = out;
-        P.workers = pl.grid - pl.mergers, P.msum = reinterpret_cast<double*>(w + pl.off_msum);
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
         CUtensorMap tmA = {}, tmB = {};
         if (v.tma) {
