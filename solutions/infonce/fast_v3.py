@@ -540,15 +540,6 @@ __device__ __forceinline__ void split_tf32_rn(uint32_t xbits, uint32_t& hi, uint
 }
 
 __device__ __forceinline__ float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
-// A 16-byte read-only load into registers that the same asm statement zeroes first, predicated on `on` (no select
-// after the load, so nothing waits for it before its value is used).
-__device__ __forceinline__ float4 ldg4_zero(const float* p, bool on) {
-    float4 v;
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
-                 " mov.b32 %3, 0;\n @p ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];\n}\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p), "r"((int)on));
-    return v;
-}
 
 // Predicated forms (no branch around them; see the load lambda of the kernel for why).
 __device__ __forceinline__ void st_smem_u32_if(uint32_t addr, uint32_t v, bool on) {
@@ -1579,439 +1570,20 @@ __global__ void __launch_bounds__(256, 1)
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// Warp-specialised kernel (eighteenth session): the split leaves the tensor cores' warps.
-//
-// CTA = 4 warpgroups, tile 64 query rows x BN = 2 * BNW negatives.  Warpgroups 2 and 3 (the producers) own the
-// memory side: their thread 256 copies each k-tile's raw A (64 x 32) and B (BN x 32) boxes by TMA into a ring of RS
-// raw stages; all 256 producers then split the landed stage into tf32 hi/lo in a ring of SS split stages:
-//   * A as the wgmma register fragments of consumer thread t (t = 0..127): 16 hi then 16 lo words, 8 chunks of 16
-//     bytes at [t][chunk ^ (t & 7)] (conflict-free both ways), so a consumer loads its batch with 8 shared loads and
-//     converts nothing;
-//   * B in the 128-byte-swizzled K-major layout of the other kernels (hi copy, then the lo copy BUF bytes after).
-// Warpgroups 0 and 1 (the consumers) share the 64 rows and take BNW columns each: per k-tile they wait for the split
-// stage, load their A fragments, issue 4 k8-steps x 3 wgmma (3xTF32, the other kernels' order) and release the stage
-// of the previous batch once it has retired (wait_group 1).  Their only other work is the fold after each n-tile.
-// Why: in the other kernels each warpgroup splits its own A fragments between batches, a serial chain per warpgroup
-// with the tensor cores idle during the split (ncu: tensor pipe 35% busy, stalls on fixed-latency waits and barriers).
-// Here the split runs on other warps, RS + SS stages ahead.  (The eighteenth session's stream probe on the H200: the
-// seed shape's raw copies alone take 7.8 us against a 2.9 us empty kernel; the same copies with the split on one
-// warpgroup between them 13.9 us: one warpgroup cannot split at the tensor cores' pace, two might.)
-// Barriers: raw_full (TMA bytes), raw_empty (8 producer warps read it), spl_full (8 producer warps wrote it),
-// spl_empty (8 consumer warps' batches retired).  After the loop warpgroup 1 hands its per-row (max, sum) to
-// warpgroup 0 through shared memory, the producers compute the m-tile's positive cosines, and every thread ends in
-// finish_cta (partials, one ticket, the last CTA merges), as the other kernels.
-// Measured (eighteenth session, standalone bench, seed shape, H200): correct on every check, but 23.0 us (RS 4, SS 3)
-// and 24.2 us (RS 6, SS 2) against 18.6 us for bres3d_n40_s2k2 in the same call.  Stamps: the consumers finish at
-// 18.4 us after the stamp kernel (bres3d: 14.3).  Likely limit: shared-memory bandwidth, about 134 KB per k-tile
-// through shared memory (raw copies, producer reads, split writes, consumer reads, wgmma's B reads) against the SM's
-// 128 bytes per clock.  Bench-only (automatic = false).
-// ------------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    while (!mbar_try(bar, parity)) {  // unbounded, as every wait of these kernels
-    }
-}
-// Predicated arrive (no branch between a warpgroup's wgmma: a divergent path there makes ptxas serialise them, C7518).
-__device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool on) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n"
-                 ::"r"(bar), "r"((int)on) : "memory");
-}
-
-template <int BNW, int RS, int SS>
-__global__ void __launch_bounds__(512, 1)
-    infonce_wgmma_ws_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                            const WgParams P) {
-    constexpr int NT = 512, BM = 64, BN = 2 * BNW, NACC = BNW / 2;
-    constexpr int RAW_A = BM * 128, RAW_B = BN * 128;
-    constexpr int RAW = (RAW_A + RAW_B + 1023) / 1024 * 1024;  // one raw stage
-    constexpr int SPL_A = 128 * 128;                            // 128 consumer threads x 32 words
-    constexpr int BUF = BN * 128;                               // one tf32 copy of the B k-tile
-    constexpr int SPL = SPL_A + 2 * BUF;                        // one split stage
-    constexpr int BITEMS = BN * 4;                              // B items: (row, 8 floats)
-    static_assert(BNW % 8 == 0 && (BNW * 128) % 1024 == 0, "each consumer's B columns start 1 KB aligned");
-    static_assert(RS >= 2 && SS >= 2, "stages");
-    extern __shared__ unsigned char smem_raw[];
-    __shared__ double s_wsum[NT / 32];
-    __shared__ int s_flag;
-    __shared__ alignas(8) unsigned long long s_bar[2 * RS + 2 * SS];
-    __shared__ float2 s_comb[2][128];  // warpgroup 1's (max, sum) per thread and row, for warpgroup 0
-
-    V3_STAMP(0, true);  // entry
-    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
-    const uint32_t raw0 = sbase, spl0 = sbase + (uint32_t)(RS * RAW);
-    const uint32_t raw_full = smem_u32(&s_bar[0]), raw_empty = raw_full + 8u * RS;
-    const uint32_t spl_full = raw_empty + 8u * RS, spl_empty = spl_full + 8u * SS;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int B = P.B, D = P.D, S = P.S;
-    const int m_tiles = (B + BM - 1) / BM;
-    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;
-    const int row0 = mt * BM;
-    const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;
-    const int t_begin = split * t_q + min(split, t_r);
-    const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
-    const int KT = (D + 31) / 32;
-    const int total = (t_end - t_begin) * KT;  // iterations (n-tile, k-tile), the same sequence for both roles
-
-    if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < RS; ++s) {
-            mbar_init(raw_full + 8u * s, 1u);
-            mbar_init(raw_empty + 8u * s, 8u);
-        }
-#pragma unroll
-        for (int s = 0; s < SS; ++s) {
-            mbar_init(spl_full + 8u * s, 8u);
-            mbar_init(spl_empty + 8u * s, 8u);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-
-    // The role, warp-uniform as far as ptxas can tell (a shuffle of warp 0's lane 0), so the consumers' wgmma are not
-    // in a divergent path.
-    const int role_wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
-    if (role_wg >= 2) {
-        // ---- producers: copies (thread 256) and splits (all 256) ----
-        // Registers: the CTA starts at 128 per thread (512 threads); the producers give up 32 so that the consumers
-        // can hold two batches' A fragments and the accumulator (2 x 128 x (96 + 160) = 512 x 128: an increase waits
-        // for registers another warpgroup has released, so the two must add up).
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n" ::: "memory");
-        const int pt = tid - 256, pw = warp - 8;
-        auto issue = [&](int it) {  // raw stage it % RS <- k-tile it of the sequence
-            const int tile = t_begin + it / KT, kt = it % KT;
-            const uint32_t bar = raw_full + 8u * (uint32_t)(it % RS), dst = raw0 + (uint32_t)((it % RS) * RAW);
-            mbar_arrive_expect_tx(bar, (uint32_t)(RAW_A + RAW_B));
-            tma_load_2d(dst, &tmA, kt * 32, row0, bar);
-            tma_load_2d(dst + (uint32_t)RAW_A, &tmB, kt * 32, tile * BN, bar);
-        };
-        if (pt == 0)
-            for (int it = 0; it < RS && it < total; ++it) issue(it);
-        positive_cosines<true>(P, row0, BM, split, pw, 8, lane);  // the rows this CTA's cosines need, into L2
-        // A: producer pt < 128 builds consumer thread pt's fragments (its rows 16 wq + g and + 8, floats 8c .. 8c + 7).
-        const int ag = (pt & 31) >> 2, ac = pt & 3, arl = 16 * ((pt & 127) >> 5) + ag;
-        // B: items q, q + 256, ... with q = (pt + 128) % 256, so the A producers take the fewest.
-        const int bq = (pt + 128) & 255;
-#pragma unroll 1
-        for (int it = 0; it < total; ++it) {
-            const int r = it % RS, s = it % SS;
-            if (pt == 0 && it >= 1 && it - 1 + RS < total) {  // refill the stage every producer has read
-                mbar_wait(raw_empty + 8u * (uint32_t)((it - 1) % RS), (uint32_t)((it - 1) / RS) & 1u);
-                issue(it - 1 + RS);
-            }
-            mbar_wait(raw_full + 8u * (uint32_t)r, (uint32_t)(it / RS) & 1u);
-            mbar_wait(spl_empty + 8u * (uint32_t)s, ((uint32_t)(it / SS) & 1u) ^ 1u);
-            const uint32_t raw = raw0 + (uint32_t)(r * RAW), spl = spl0 + (uint32_t)(s * SPL);
-            if (pt < 128) {
-                float4 x[2], y[2];
-#pragma unroll
-                for (int v = 0; v < 2; ++v) {
-                    const uint32_t cof = (uint32_t)(((2 * ac + v) ^ ag) << 4);
-                    x[v] = lds4(raw + (uint32_t)(arl * 128) + cof);
-                    y[v] = lds4(raw + (uint32_t)((arl + 8) * 128) + cof);
-                }
-                uint32_t ahi[16], alo[16];
-                split_a_fragments<4>(x, y, ahi, alo);
-                const uint32_t dst = spl + (uint32_t)(pt * 128);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const uint32_t h4[4] = {ahi[4 * j], ahi[4 * j + 1], ahi[4 * j + 2], ahi[4 * j + 3]};
-                    const uint32_t l4[4] = {alo[4 * j], alo[4 * j + 1], alo[4 * j + 2], alo[4 * j + 3]};
-                    sts4(dst + (uint32_t)((j ^ (pt & 7)) << 4), h4);
-                    sts4(dst + (uint32_t)(((4 + j) ^ (pt & 7)) << 4), l4);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < (BITEMS + 255) / 256; ++u) {
-                const int item = bq + 256 * u;
-                if (item < BITEMS) {
-                    const int n = item >> 2, cb = item & 3;
-                    const uint32_t rrow = raw + (uint32_t)RAW_A + (uint32_t)(n * 128);
-                    const float4 f0 = lds4(rrow + (uint32_t)(((2 * cb) ^ (n & 7)) << 4));
-                    const float4 f1 = lds4(rrow + (uint32_t)(((2 * cb + 1) ^ (n & 7)) << 4));
-                    const float e[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-                    const uint32_t orow = spl + (uint32_t)SPL_A + (uint32_t)(n * 128) + (uint32_t)(cb << 2);
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) {
-                        uint32_t hi, lo;
-                        split_tf32_rn(__float_as_uint(e[i]), hi, lo);
-                        const uint32_t a = orow + (uint32_t)((i ^ (n & 7)) << 4);
-                        st_smem_u32(a, hi);
-                        st_smem_u32(a + (uint32_t)BUF, lo);
-                    }
-                }
-            }
-            fence_proxy_async_smem();  // the B copies are read by wgmma (async proxy)
-            __syncwarp();
-            if (lane == 0) {
-                mbar_arrive(raw_empty + 8u * (uint32_t)r);
-                mbar_arrive(spl_full + 8u * (uint32_t)s);
-            }
-        }
-        positive_cosines(P, row0, BM, split, pw, 8, lane);
-        // The ends of the two roles are separate copies of finish_cta, each compiled under its role's register budget
-        // (the producers' copy has no merge loop: the consumers, threads 0-255, merge).
-        const float no_m[2] = {-INFINITY, -INFINITY}, no_s[2] = {0.f, 0.f};
-        finish_cta<NT, 256, false>(P, no_m, no_s, 0, false, split, s_wsum, &s_flag);
-    } else {
-        // ---- consumers: warpgroup wg takes columns [wg * BNW, wg * BNW + BNW) of each n-tile ----
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
-        const int wg = role_wg, t = tid & 127, g = (t & 31) >> 2, c = t & 3;
-        const int rA = row0 + 16 * (t >> 5) + g;
-        float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
-        float acc[NACC];
-#pragma unroll
-        for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
-        const uint64_t desc0 = sw128_desc(spl0 + (uint32_t)SPL_A + (uint32_t)(wg * BNW * 128));
-        int kt = 0, tile = t_begin;
-        bool pend = false;  // the previous iteration's stage is not yet released
-        for (int it0 = 0; it0 < total; it0 += SS) {
-#pragma unroll
-            for (int s = 0; s < SS; ++s) {  // unrolled: constant stage offsets, alternating fragment registers
-                if (it0 + s < total) {
-                    mbar_wait(spl_full + 8u * (uint32_t)s, (uint32_t)(it0 / SS) & 1u);
-                    V3_STAMP(1, it0 + s == 0);  // first split stage ready (slot 1 of the probe's table)
-                    const uint32_t fr = spl0 + (uint32_t)(s * SPL) + (uint32_t)(t * 128);
-                    uint32_t ahi[16], alo[16];
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const float4 h = lds4(fr + (uint32_t)((j ^ (t & 7)) << 4));
-                        const float4 l = lds4(fr + (uint32_t)(((4 + j) ^ (t & 7)) << 4));
-                        ahi[4 * j] = __float_as_uint(h.x), ahi[4 * j + 1] = __float_as_uint(h.y);
-                        ahi[4 * j + 2] = __float_as_uint(h.z), ahi[4 * j + 3] = __float_as_uint(h.w);
-                        alo[4 * j] = __float_as_uint(l.x), alo[4 * j + 1] = __float_as_uint(l.y);
-                        alo[4 * j + 2] = __float_as_uint(l.z), alo[4 * j + 3] = __float_as_uint(l.w);
-                    }
-                    issue_3xtf32_batch<BNW, 4>(acc, ahi, alo, desc0 + (uint64_t)((s * SPL) >> 4), 0,
-                                               (uint64_t)(BUF >> 4), kt == 0);
-                    wg_wait<1>();  // the previous batch has retired: its stage is free
-#pragma unroll
-                    for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                    mbar_arrive_if(spl_empty + 8u * (uint32_t)((s + SS - 1) % SS), pend && lane == 0);
-                    pend = true;
-                    if (++kt == KT) {
-                        wg_wait<0>();
-#pragma unroll
-                        for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                        mbar_arrive_if(spl_empty + 8u * (uint32_t)s, lane == 0);
-                        pend = false;
-                        fold_tile<BNW>(P, acc, run_m, run_s, rA, tile * BN + wg * BNW + 2 * c);
-                        kt = 0;
-                        ++tile;
-                    }
-                }
-            }
-        }
-        V3_STAMP(3, true);  // consumers done (thread 0: the stamps are thread 0's)
-        // warpgroup 1's (max, sum) of each row joins warpgroup 0's (same thread position, same rows and quad)
-        if (wg == 1) {
-            s_comb[0][t] = make_float2(run_m[0], run_s[0]);
-            s_comb[1][t] = make_float2(run_m[1], run_s[1]);
-        }
-        bar_sync_named(1, 256);
-        if (wg == 0) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const float2 o = s_comb[h][t];
-                const float m = fmaxf(run_m[h], o.x);
-                const float mu = m == -INFINITY ? 0.f : m;
-                run_s[h] = run_s[h] * exp2f(run_m[h] - mu) + o.y * exp2f(o.x - mu);
-                run_m[h] = m;
-            }
-        }
-        finish_cta<NT, 256>(P, run_m, run_s, rA, wg == 0 && c == 0, split, s_wsum, &s_flag);
-    }
-}
-
-// ------------------------------------------------------------------------------------------------------------
-// B-resident kernel with the query fragments loaded straight from global memory (eighteenth session, bench-only).
-//
-// As infonce_wgmma_bres_kernel (the negatives tile split once into tf32 hi/lo in shared memory), but each thread
-// loads its own A pieces (rows rA and rA + 8, floats 8c .. 8c + 7 of each k-tile: four 16-byte loads) into registers,
-// PD k-tiles ahead, and splits them there: no A ring, no stage waits, no warpgroup barrier, no copy issue in the loop.
-// Why: the warp-specialised kernel above showed how much of a k-tile's time is shared-memory traffic: a tf32 wgmma at
-// full rate reads 64 bytes of B per clock from shared memory (half the SM's 128), and every A byte staged through
-// shared memory is written and read again.  Here A never touches shared memory.  SPLIT_INT: the split by integer
-// rounding (fast.py's split_tf32: two IADD + two LOP3 + FADD, full-rate pipes) instead of cvt.rn.tf32 (a conversion,
-// a quarter-rate pipe); both round to nearest, same error bound.  Used only where every CTA has one n-tile in one wave
-// (as the B-resident kernel); the loop also handles more n-tiles per CTA (forced split counts: the bench's checks).
-// Measured (eighteenth session, standalone bench, seed shape, H200, one call): correct on every check, but 20.4 us
-// (cvt split) and 22.8 us (integer split; prefetch depth 4: 22.9, with warpgroup.arrive injected by ptxas, C7519)
-// against 18.5 us for bres3d_n40_s2k2.  By stamps the K loop takes 11.5 us (bres3d 9.5): loads from L2 straight into
-// registers, three k-tiles ahead, expose more latency than the TMA stages they replace.  Bench-only.
-template <int BN, int PD, int FG, bool SPLIT_INT>
-__global__ void __launch_bounds__(256, 1)
-    infonce_wgmma_bresg_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                               const WgParams P) {
-    constexpr int NT = 256, BM = 128, NACC = BN / 2;
-    constexpr int BUF = BN * 128;  // bytes of one tf32 copy (hi or lo) of a BN x 32 k-tile (a multiple of 1024)
-    static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256 && BUF % 1024 == 0, "wgmma N");
-    static_assert(PD >= 1 && FG > 0, "prefetch depth, B group 0");
-    extern __shared__ unsigned char smem_raw[];
-    __shared__ double s_wsum[NT / 32];
-    __shared__ int s_flag;
-    __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
-    (void)tmA;
-
-    V3_STAMP(0, true);  // entry
-    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
-    const int B = P.B, D = P.D, S = P.S;
-    const int m_tiles = (B + BM - 1) / BM;
-    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;
-    const int row0 = mt * BM;
-    const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;
-    const int t_begin = split * t_q + min(split, t_r);
-    const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
-    const int KTR = (D + 31) / 32;                 // k-tiles of the resident B tile (past D: zeros)
-    const int total = (t_end - t_begin) * KTR;     // iterations (one k-tile each)
-    const int rA = row0 + 64 * wg + 16 * wq + g;
-    const uint32_t b_res = sbase;
-
-    // B: as the B-resident kernel (copies by thread 0, split in place into hi/lo, group 1 at its first use).
-    const int NG = KTR > FG ? 2 : 1;
-    auto bbar = [&](int grp) { return smem_u32(&s_bfull[grp]); };
-    auto b_copy = [&](int tile, int grp) {
-        if (tid == 0 && grp < NG) {
-            const int k0 = grp == 0 ? 0 : FG, k1 = grp == 0 ? min(FG, KTR) : KTR;
-            mbar_arrive_expect_tx(bbar(grp), (uint32_t)((k1 - k0) * BUF));
-#pragma unroll 1
-            for (int kt = k0; kt < k1; ++kt)
-                tma_load_2d(b_res + (uint32_t)(kt * 2 * BUF + BUF), &tmB, kt * 32, tile * BN, bbar(grp));
-        }
-    };
-    auto b_split = [&](int grp, uint32_t parity, int cos_warp0) {
-        const int k0 = grp == 0 ? 0 : FG, items = BN * ((grp == 0 ? min(FG, KTR) : KTR) - k0);
-        if (cos_warp0 >= 0 && warp >= cos_warp0)
-            positive_cosines(P, row0, BM, split, warp - cos_warp0, NT / 32 - cos_warp0, lane);
-        while (!mbar_try(bbar(grp), parity)) {
-        }
-#pragma unroll 1
-        for (int q = tid; q < items; q += NT) {
-            const int kt = k0 + q / BN, n = q % BN;
-            const uint32_t row = b_res + (uint32_t)(kt * 2 * BUF + n * 128);
-            float4 f[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) f[j] = lds4(row + (uint32_t)BUF + (uint32_t)((j ^ (n & 7)) << 4));
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                uint32_t hi[4], lo[4];
-#pragma unroll
-                for (int w = 0; w < 4; ++w) {
-                    const float4& x = f[2 * w + (i >> 2)];
-                    const float e = (i & 3) == 0 ? x.x : (i & 3) == 1 ? x.y : (i & 3) == 2 ? x.z : x.w;
-                    if (SPLIT_INT) split_tf32(__float_as_uint(e), hi[w], lo[w]);
-                    else split_tf32_rn(__float_as_uint(e), hi[w], lo[w]);
-                }
-                const uint32_t a = row + (uint32_t)((i ^ (n & 7)) << 4);
-                sts4(a, hi);
-                sts4(a + (uint32_t)BUF, lo);
-            }
-        }
-        fence_proxy_async_smem();
-        __syncthreads();
-    };
-
-    // A: this thread's pieces of k-tile kt (rows rA, rA + 8; floats 8c .. 8c + 7), zeros past B and past D.  Each load
-    // is one predicated 16-byte load into registers zeroed in the same asm statement, so nothing consumes it early.
-    const float* qa = P.q + (size_t)min(rA, B - 1) * D;
-    const float* qb = P.q + (size_t)min(rA + 8, B - 1) * D;
-    const bool oka = rA < B, okb = rA + 8 < B;
-    auto ld_a = [&](float4 (&x)[2], float4 (&y)[2], int kt) {
-#pragma unroll
-        for (int v = 0; v < 2; ++v) {
-            const int k = kt * 32 + 8 * c + 4 * v;
-            const bool kin = k < D;
-            x[v] = ldg4_zero(qa + (kin ? k : 0), oka && kin);
-            y[v] = ldg4_zero(qb + (kin ? k : 0), okb && kin);
-        }
-    };
-
-    if (tid == 0) {
-#pragma unroll 1
-        for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    b_copy(t_begin, 0);
-    float4 xr[PD][2], yr[PD][2];  // the prefetch ring (registers): slot s holds iteration s + PD * j
-#pragma unroll
-    for (int s = 0; s < PD; ++s) ld_a(xr[s], yr[s], s % KTR);
-    b_copy(t_begin, 1);
-    const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * (KTR - FG) / 32);
-    if (NG > 1) positive_cosines<true>(P, row0, BM, split, warp, NT / 32, lane);
-    b_split(0, 0u, NG == 1 ? 0 : -1);
-    V3_STAMP(1, true);  // prologue done: B group 0 split and stored
-
-    float acc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
-    float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
-    const uint64_t descB = sw128_desc(b_res);
-    int kt = 0, tile = t_begin;
-    for (int it0 = 0; it0 < total; it0 += PD) {
-#pragma unroll
-        for (int s = 0; s < PD; ++s) {  // unrolled: each slot's registers are fixed, no moves between iterations
-            const int it = it0 + s;
-            if (it < total) {
-                if (kt == FG && NG == 2)  // the iteration reads B group 1 first: split it
-                    b_split(1, (uint32_t)((tile - t_begin) & 1), tile == t_begin ? cos_warp0 : -1);
-                uint32_t ahi[16], alo[16];
-#pragma unroll
-                for (int l = 0; l < 4; ++l) {
-                    const float4& xv = xr[s][l >> 1];
-                    const float4& yv = yr[s][l >> 1];
-                    const float e[4] = {(l & 1) ? xv.z : xv.x, (l & 1) ? yv.z : yv.x, (l & 1) ? xv.w : xv.y,
-                                        (l & 1) ? yv.w : yv.y};
-#pragma unroll
-                    for (int w = 0; w < 4; ++w) {
-                        if (SPLIT_INT) split_tf32(__float_as_uint(e[w]), ahi[4 * l + w], alo[4 * l + w]);
-                        else split_tf32_rn(__float_as_uint(e[w]), ahi[4 * l + w], alo[4 * l + w]);
-                    }
-                }
-                if (it + PD < total) ld_a(xr[s], yr[s], (kt + PD) % KTR);  // A does not depend on the n-tile
-                issue_3xtf32_batch<BN, 4>(acc, ahi, alo, descB + (uint64_t)((kt * 2 * BUF) >> 4), 0,
-                                          (uint64_t)(BUF >> 4), kt == 0);
-                wg_wait<1>();  // the previous batch is done (its A fragments are free)
-#pragma unroll
-                for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                if (++kt == KTR) {
-                    wg_wait<0>();
-#pragma unroll
-                    for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                    fold_tile<BN>(P, acc, run_m, run_s, rA, tile * BN + 2 * c);
-                    kt = 0;
-                    if (++tile < t_end) {  // the next n-tile (forced splits only): both warpgroups are done with B
-                        __syncthreads();
-                        b_copy(tile, 0);
-                        b_copy(tile, 1);
-                        b_split(0, (uint32_t)((tile - t_begin) & 1), -1);
-                    }
-                }
-            }
-        }
-    }
-    wg_wait<0>();
-    V3_STAMP(3, true);  // K loop and last fold done
-    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
-}
-
-// ------------------------------------------------------------------------------------------------------------
 // Host side (CUDA runtime only): tile variants, the plan (path, variant, split count, workspace layout), launch.
 // ------------------------------------------------------------------------------------------------------------
 typedef void (*WgKernel)(const CUtensorMap, const CUtensorMap, const WgParams);
-enum WgKind { WG_PLAIN = 0, WG_PROD = 1, WG_BRES = 2, WG_WS = 3, WG_BRESG = 4 };
+enum WgKind { WG_PLAIN = 0, WG_PROD = 1, WG_BRES = 2 };
 
 struct WgVariant {
     const char* name;
     int wgs, bn, pd, kh;  // warpgroups per CTA, tile N, prefetch depth (iterations; TMA: raw stages), k8-steps/iteration
     bool tma;             // raw tiles by tensor-map copies (else per-thread loads to registers)
-    int kind;             // WG_PLAIN; WG_PROD (a producer warpgroup: 128 more threads); WG_BRES (B tile resident);
-                          // WG_WS (warp-specialised: 64-row tiles, 2 consumer + 2 producer warpgroups, pd raw stages)
+    int kind;             // WG_PLAIN; WG_PROD (a producer warpgroup: 128 more threads); WG_BRES (B tile resident)
     WgKernel kern;
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
     bool a3d = false;  // WG_BRES: A stages by one 3-D copy (D % 32 == 0 only; the plan checks)
-    int ss = 0;        // WG_WS: split stages
 };
 
 // The automatic plan uses the first four: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
@@ -2028,10 +1600,6 @@ static const WgVariant kWgVariants[] = {
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
     {"bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true>, 1.00, true, true},
     {"bres_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2>, 1.00, true},
-    {"bresg_n40_p3", 2, 40, 3, 4, true, WG_BRESG, infonce_wgmma_bresg_kernel<40, 3, 2, false>, 1.00, false},
-    {"bresg_n40_p3_int", 2, 40, 3, 4, true, WG_BRESG, infonce_wgmma_bresg_kernel<40, 3, 2, true>, 1.00, false},
-    {"bresg_n40_p4_int", 2, 40, 4, 4, true, WG_BRESG, infonce_wgmma_bresg_kernel<40, 4, 2, true>, 1.00, false},
-    {"ws_n80_r4s3", 1, 80, 4, 4, true, WG_WS, infonce_wgmma_ws_kernel<40, 4, 3>, 1.00, false, false, 3},
 #ifdef INFONCE_V3_ALL_VARIANTS
     {"bres_n40_s2k2_all", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 1024>, 1.00, false},
     {"prod_n40_s4", 2, 40, 4, 4, true, WG_PROD, infonce_wgmma_prod_kernel<40, 4>, 0.85, false},
@@ -2050,11 +1618,6 @@ inline long long wg_smem_bytes(const WgVariant& v, int D) {
         const long long kpi = v.kh / 4, ktr = (D + 32 * kpi - 1) / (32 * kpi) * kpi;
         return 2LL * v.pd * kpi * 64 * 128 + ktr * 2 * v.bn * 128 + 1024;
     }
-    if (v.kind == WG_BRESG)  // the whole BN x D tile as hi/lo; A never touches shared memory
-        return (long long)((D + 31) / 32) * 2 * v.bn * 128 + 1024;
-    if (v.kind == WG_WS)  // pd raw stages (64 x 32 A, bn x 32 B, rounded to 1 KB), ss split stages (A fragments, B hi/lo)
-        return (long long)v.pd * ((64 * 128 + v.bn * 128 + 1023) / 1024 * 1024) +
-               (long long)v.ss * (128 * 128 + 2 * v.bn * 128) + 1024;
     return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
 }
 // Dynamic shared memory a CTA may opt into on sm_90 (227 KB), less a margin for the kernels' static shared memory.
@@ -2139,17 +1702,17 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         for (int vi = 0; vi < kNumWgVariants; ++vi) {
             const WgVariant& v = kWgVariants[vi];
             if (variant >= 0 ? vi != variant : !v.automatic) continue;
-            const int BM = 64 * v.wgs, per_sm = v.wgs == 1 && v.kind != WG_WS ? 2 : 1;
+            const int BM = 64 * v.wgs, per_sm = v.wgs == 1 ? 2 : 1;
             const long long mt = (B + BM - 1) / BM, nt = (N + v.bn - 1) / v.bn;
             if (wg_smem_bytes(v, D) > kMaxDynSmem) continue;
             // B resident: made for small problems, one n-tile per CTA in one wave (each further tile of a CTA is
             // loaded and split in turn, with the loop stopped)
-            if ((v.kind == WG_BRES || v.kind == WG_BRESG) && variant < 0 && mt * nt > sms) continue;
+            if (v.kind == WG_BRES && variant < 0 && mt * nt > sms) continue;
             if (v.a3d && D % 32 != 0) continue;
             const long long s_max = std::min<long long>(nt, 1024);
             for (long long s = 1; s <= s_max; ++s) {
                 if (splits > 0 && s != std::min<long long>(splits, s_max)) continue;
-                if ((v.kind == WG_BRES || v.kind == WG_BRESG) && variant < 0 && s != nt) continue;
+                if (v.kind == WG_BRES && variant < 0 && s != nt) continue;
                 if (mt * s > 0x7fffffffLL) break;
                 const long long waves = (mt * s + (long long)sms * per_sm - 1) / ((long long)sms * per_sm);
                 const long long per_cta = (nt + s - 1) / s;
@@ -2165,7 +1728,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.path = 0;
         pl.m_tiles = (B + 64 * v.wgs - 1) / (64 * v.wgs);
         pl.n_tiles = (N + v.bn - 1) / v.bn;
-        pl.threads = v.kind == WG_WS ? 512 : 128 * v.wgs + (v.kind == WG_PROD ? 128 : 0);
+        pl.threads = 128 * v.wgs + (v.kind == WG_PROD ? 128 : 0);
         pl.smem = (int)wg_smem_bytes(v, D);
         pl.counters = 1;
     } else {
