@@ -540,6 +540,22 @@ static int group_time_seed() {
         if (r.first == "v3 auto") ms_auto = ms;
         if (ms < ms_best) ms_best = ms, best = r.first + " " + infonce_v3::plan_name(pl) + " S=" + std::to_string(pl.S);
     }
+    // K-split variants: how many of their clusters the GPU can hold at once (a grid beyond it runs in two waves).
+    for (auto& r : runs) {
+        const Plan& pl = r.second;
+        const infonce_v3::WgVariant& v = infonce_v3::kWgVariants[pl.variant];
+        if (pl.path != 0 || v.ks == 1 || r.first == "v3 auto") continue;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)v.ks, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3((unsigned)pl.grid), cfg.blockDim = dim3((unsigned)pl.threads);
+        cfg.dynamicSmemBytes = (size_t)pl.smem, cfg.attrs = attr, cfg.numAttrs = 1;
+        int clusters = -1;
+        const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, v.kern, &cfg);
+        printf("  %s: at most %d clusters of %d CTAs at once (%s); the grid has %d\n", v.name, clusters, v.ks,
+               cudaGetErrorString(e), pl.grid / v.ks);
+    }
     printf("SUMMARY seed 256x512 N=2560: fast.py %.4f ms, v3 auto %.4f ms (%.2fx), fastest v3 row: %s %.4f ms; "
            "empty kernel %.4f ms\n", ms_fast, ms_auto, ms_fast / ms_auto, best.c_str(), ms_best, t_empty);
     P.release();
@@ -582,7 +598,7 @@ static int group_time_big() {
     std::vector<std::pair<std::string, Plan>> runs;
     runs.push_back({"v3 auto", v3_plan(P, infonce_v3::MODE_AUTO, -1, 0)});
     for (int vi = 1; vi < infonce_v3::kNumWgVariants; ++vi)
-        if (infonce_v3::kWgVariants[vi].bn >= 80)
+        if (infonce_v3::kWgVariants[vi].bn >= 80 && infonce_v3::kWgVariants[vi].ks == 1)  // K splits: small D only
             runs.push_back({std::string("v3 var ") + std::to_string(vi), v3_plan(P, infonce_v3::MODE_WGMMA, vi, 0)});
     for (auto& r : runs) {
         const Plan pl = r.second;
@@ -696,7 +712,7 @@ static int group_probe() {
                 if (strcmp(infonce_v3::kWgVariants[vi].name, want) == 0) pv = vi;
         const Plan pl = v3_plan(P, pv < 0 ? infonce_v3::MODE_AUTO : infonce_v3::MODE_WGMMA, pv, 0);
         const char* names[infonce_v3::kStampSlots] = {"entry", "prologue done", "1st k-tile stored", "K loop done",
-                                                       "ticket", "merged (last CTA)", "output (last CTA)", "-"};
+                                                       "ticket", "merged (last CTA)", "output (last CTA)", "K split: loop end"};
         printf("stamps, v3 auto %s, grid %d: us after the stamp kernel; per slot: CTAs, min / p10 / p50 / p90 / max\n",
                plan_str(pl).c_str(), pl.grid);
         static unsigned long long h[infonce_v3::kStampCtas][infonce_v3::kStampSlots];

@@ -490,7 +490,8 @@ struct WgParams {
     double inv_t;
     float2* part;       // [S][B]
     double* pos;        // [B]
-    unsigned* counters; // [1], zero between launches
+    unsigned* counters; // [1] ([1 + m-tiles x S] with a merger CTA: its flags), zero between launches
+    int workers;        // CTAs that compute tiles; with a merger CTA (BRES kernel) it is CTA `workers`
     float* out;
     float* dbg_logits;  // optional [B][N]: raw dot products (debug)
     double* dbg_rowloss;  // optional [B]: per-row loss (debug)
@@ -516,6 +517,15 @@ __device__ __forceinline__ void st_smem_u32(uint32_t addr, uint32_t v) {
 // warpgroup of the BRES kernel).
 __device__ __forceinline__ void bar_sync_named(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+// The merger CTA's hand-off (BRES kernel): a release store of a worker's flag, an acquire load to poll it.
+__device__ __forceinline__ void st_release_gpu(unsigned* p, unsigned v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
 __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* p, unsigned v) {
     unsigned old;
@@ -590,6 +600,21 @@ __device__ __forceinline__ float4 lds4(uint32_t addr) {
     float4 v;
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
     return v;
+}
+// Thread-block clusters (the K-split BRES kernel): a barrier of every thread of the cluster (release / acquire, so
+// shared-memory writes to a peer before it are seen by the peer after it), a peer CTA's address of a shared-memory
+// location, and a 16-byte store there.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_peer_addr(uint32_t addr, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void st_cluster_f4(uint32_t addr, float a, float b, float c, float d) {
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
+                 : "memory");
 }
 
 // Diagnostics, compiled only into the standalone bench's probe builds (build.sh): INFONCE_V3_STAMPS records
@@ -958,6 +983,101 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
         P.out[0] = (float)(t / (double)B);
         P.counters[0] = 0u;
     }
+    V3_STAMP(6, true);  // merger: output written
+}
+
+// With a merger CTA (BRES kernel, MG): a worker writes its partials as finish_cta does, then raises its flag
+// (counters[1 + (mt * S + split) * KS + rank]: each CTA of a K-split pair writes the rows of one warpgroup) with one
+// release store after a CTA barrier (which orders every thread's writes, positive cosines included, before it); it
+// waits for nothing, so no start order of the CTAs can deadlock.
+template <int NT, int KS>
+__device__ __forceinline__ void finish_cta_flag(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2],
+                                                int rA, bool writer, int split, int mt, int rank) {
+    const int B = P.B, S = P.S;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum = run_s[h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = rA + 8 * h;
+        if (writer && row < B) P.part[(size_t)split * B + row] = make_float2(run_m[h], sum);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) st_release_gpu(P.counters + 1 + ((size_t)mt * S + split) * KS + rank, 1u);
+    V3_STAMP(4, true);  // flag raised
+}
+
+// The merger CTA (nineteenth session): it starts with the workers and folds each row's partials as their flags
+// rise, in split order, so that after the last worker's flag only one round of loads and the row losses remain
+// (the ticket's last CTA starts its whole merge only then, from a cold SM: 2.5-4.5 us at the seed shape by stamps).
+// Thread t owns row base + t of each pass of NT rows (a warp's 32 rows share an m-tile, BM = 128); lane i polls the
+// flag of split done + i, the warp takes the prefix of raised flags (one acquire per flag, then a warp barrier before
+// any lane reads the partials), loads those partials together and folds them one at a time, so the result does not
+// depend on how they arrived: with d = x - m, s = s + y 2^d when d <= 0, else s 2^-d + y and m = x (one exp2).
+// Then the row losses as in finish_cta, their fixed-order sum, the output, and every flag back to zero.
+template <int NT, int KS>
+__device__ __forceinline__ void merger_cta(const WgParams& P, double* s_wsum) {
+    constexpr double LN2 = 0.69314718055994530942;
+    const int B = P.B, S = P.S;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const float2* part = P.part;
+    double tloss = 0.0;
+#pragma unroll 1
+    for (int base = 0; base < B; base += NT) {
+        const int wrow0 = base + 32 * warp, row = base + tid;
+        if (wrow0 >= B) break;  // warp-uniform
+        // the flags of the warp's rows: m-tile wrow0 / 128, and with a K split the CTA of the pair that keeps them
+        const unsigned* fl = P.counters + 1 + (size_t)(wrow0 / 128) * S * KS + (KS == 1 ? 0 : (wrow0 % 128) / 64);
+        const bool valid = row < B;
+        float m = -INFINITY, sum = 0.f;
+        int done = 0;
+#pragma unroll 1
+        while (done < S) {
+            const int k = done + lane;
+            const unsigned f = k < S ? ld_acquire_gpu(fl + (size_t)k * KS) : 0u;
+            const unsigned ready = __ballot_sync(0xffffffffu, f != 0u);
+            const int n = min(ready == 0xffffffffu ? 32 : __ffs(~ready) - 1, S - done);
+            if (n == 0) continue;
+            __syncwarp();  // the acquires above before every lane's loads below
+            float2 v[32];
+#pragma unroll
+            for (int u = 0; u < 32; ++u)
+                v[u] = valid && u < n ? __ldcg(part + (size_t)(done + u) * B + row) : make_float2(-INFINITY, 0.f);
+#pragma unroll
+            for (int u = 0; u < 32; ++u) {
+                const float x = v[u].x, y = v[u].y;
+                if (x == -INFINITY) continue;  // an empty partial (or past n)
+                if (m == -INFINITY) {
+                    m = x, sum = y;
+                    continue;
+                }
+                const float d = x - m;
+                const float e = exp2f(-fabsf(d));
+                sum = d <= 0.f ? fmaf(y, e, sum) : fmaf(sum, e, y);
+                m = fmaxf(m, x);
+            }
+            done += n;
+        }
+        V3_STAMP(5, tid == 0 && base == 0);  // merger: row 0 folded
+        if (valid) {
+            const double x = ((double)m + (double)log2f(sum)) * LN2 - __ldcg(P.pos + row);
+            const double loss = (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
+            if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
+            tloss += loss;
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) tloss += __shfl_xor_sync(0xffffffffu, tloss, off);
+    if (lane == 0) s_wsum[warp] = tloss;
+    __syncthreads();
+    if (tid == 0) {
+        double t = 0.0;
+#pragma unroll
+        for (int w = 0; w < NT / 32; ++w) t += s_wsum[w];
+        P.out[0] = (float)(t / (double)B);
+    }
+    const int nflags = ((B + 127) / 128) * S * KS;
+    for (int i = tid; i < nflags; i += NT) P.counters[1 + i] = 0u;
     V3_STAMP(6, true);  // merger: output written
 }
 
@@ -1365,7 +1485,15 @@ __global__ void __launch_bounds__(384, 1)
 // A3D (sixteenth session): a stage's KPI k-tiles of A arrive by one 3-D tensor copy (D % 32 == 0; the plan checks)
 // instead of KPI 2-D copies, in the same shared-memory layout; the copy thread's refill costs about half as many
 // clocks (67 against 105-117 per k-tile), and the seed shape took 18.4-18.7 us against 18.6-18.9 with two copies.
-template <int BN, int PD, int KPI, int FG, bool A3D = false>
+// KS = 2 (nineteenth session): a cluster of two CTAs shares one BN-wide n-tile and splits K, CTA (cluster rank) r taking
+// the r-th half of the iterations, so each CTA holds a BN x D / 2 tile of B and streams only its half of A: at the seed
+// shape a 128 x 80 tile per pair instead of 128 x 40 per CTA, with half the A traffic, half the A splits and half the
+// wgmma issues per CTA for the same tensor work.  After the loop the pair adds its accumulators through distributed
+// shared memory, each CTA keeping the rows of one warpgroup, and writes one partial per cluster and row: half as many
+// partials for the merge to read.  The plan gives every cluster exactly one n-tile.  XB: the peer's accumulators land in
+// a buffer of their own after the B tile, announced by a remote mbarrier arrive (one hand-off, no second cluster
+// barrier); else in the A ring, between two cluster barriers.
+template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool XB = false, bool MG = false>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                               const WgParams P) {
@@ -1382,20 +1510,32 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ int s_flag;
     __shared__ alignas(8) unsigned long long s_full[2 * PD];  // warpgroup w's stage s: s_full[w * PD + s]
     __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
+    __shared__ alignas(8) unsigned long long s_xfull;     // XB: the peer's 128 senders have stored their accumulators
+    static_assert(!XB || KS == 2, "exchange buffer: K split only");
+    if (MG && (int)blockIdx.x >= P.workers) {  // the merger's cluster: its first CTA merges, any other one leaves
+        if ((int)blockIdx.x == P.workers) merger_cta<NT, KS>(P, s_wsum);
+        return;
+    }
 
     V3_STAMP(0, true);  // entry
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
     const int B = P.B, D = P.D, N = P.N, S = P.S;
+    static_assert(KS == 1 || KS == 2, "K split: pairs (a cluster of 4 CTAs of 225 KB does not fit 128 at once)");
     const int m_tiles = (B + BM - 1) / BM;
-    const int mt = blockIdx.x % m_tiles, split = blockIdx.x / m_tiles;
+    const int rank = (int)(blockIdx.x % KS), cl = (int)(blockIdx.x / KS);  // 1-D grid, clusters of (KS, 1, 1)
+    const int mt = cl % m_tiles, split = cl / m_tiles;  // split: the cluster's partial (S clusters per m-tile)
+    // The positive cosines of the rows this CTA keeps (with a K split: warpgroup `rank`'s), shared out over the S CTAs
+    // that keep them, so that whoever merges a row has waited for the CTA that wrote its cosine.
+    const int cos_row0 = mt * BM + (KS == 1 ? 0 : 64 * rank), cos_rows = BM / KS;
     const int row0 = mt * BM;
     const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // 32-bit, warp-uniform (see infonce_wgmma_kernel)
     const int t_begin = split * t_q + min(split, t_r);
     const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
-    const int KI = (D + 32 * KPI - 1) / (32 * KPI);  // iterations per n-tile
+    const int KI = ((D + 32 * KPI - 1) / (32 * KPI) + KS - 1) / KS;  // iterations per n-tile (of this CTA's K range)
     const int KTR = KI * KPI;                         // k-tiles of the resident B tile (past D: zeros)
+    const int kofs = rank * KTR;                      // the first k-tile of this CTA's K range
     const int total = (t_end - t_begin) * KI;         // iterations of each warpgroup
     const int rA = row0 + 64 * wg + 16 * wq + g;
 
@@ -1428,7 +1568,7 @@ __global__ void __launch_bounds__(256, 1)
             mbar_arrive_expect_tx(bbar(grp), (uint32_t)((k1 - k0) * BUF));
 #pragma unroll 1
             for (int kt = k0; kt < k1; ++kt)
-                tma_load_2d(b_res + (uint32_t)(kt * 2 * BUF + BUF), &tmB, kt * 32, tile * BN, bbar(grp));
+                tma_load_2d(b_res + (uint32_t)(kt * 2 * BUF + BUF), &tmB, (kofs + kt) * 32, tile * BN, bbar(grp));
         }
     };
     // Split group grp (parity: the tile's use of the group's barrier).  With cos_warp0 >= 0 the warps from cos_warp0
@@ -1436,7 +1576,7 @@ __global__ void __launch_bounds__(256, 1)
     auto b_split = [&](int grp, uint32_t parity, int cos_warp0) {
         const int k0 = grp == 0 ? 0 : FG, items = BN * ((grp == 0 ? min(FG, KTR) : KTR) - k0);
         if (cos_warp0 >= 0 && warp >= cos_warp0)
-            positive_cosines(P, row0, BM, split, warp - cos_warp0, NT / 32 - cos_warp0, lane);
+            positive_cosines(P, cos_row0, cos_rows, split, warp - cos_warp0, NT / 32 - cos_warp0, lane);
         while (!mbar_try(bbar(grp), parity)) {  // unbounded, as the A stages
         }
         // One item per thread at a time (two or three in flight made ptxas spill: 1-2 us slower at the seed shape).
@@ -1473,10 +1613,10 @@ __global__ void __launch_bounds__(256, 1)
         if ((tid & 127) == 0) {
             const uint32_t bar = full0 + 8u * (uint32_t)stage, dst = a_ring + (uint32_t)(stage * RAW_A);
             mbar_arrive_expect_tx(bar, (uint32_t)RAW_A);
-            if (A3D) tma_load_3d(dst, &tmA, 0, row0 + 64 * wg, ld_kt, bar);
+            if (A3D) tma_load_3d(dst, &tmA, 0, row0 + 64 * wg, kofs + ld_kt, bar);
 #pragma unroll
             for (int h = 0; h < (A3D ? 0 : KPI); ++h)
-                tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (ld_kt + h) * 32, row0 + 64 * wg, bar);
+                tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (kofs + ld_kt + h) * 32, row0 + 64 * wg, bar);
         }
         ld_kt += KPI;
         if (ld_kt == KTR) ld_kt = 0;
@@ -1486,9 +1626,12 @@ __global__ void __launch_bounds__(256, 1)
         for (int s = 0; s < 2 * PD; ++s) mbar_init(smem_u32(&s_full[0]) + 8u * (uint32_t)s, 1u);
 #pragma unroll 1
         for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
+        if (XB) mbar_init(smem_u32(&s_xfull), 128u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    // XB: the peer may arrive on s_xfull only once it is initialised; this arrive is waited for after the K loop.
+    if (XB) asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
     b_copy(t_begin, 0);  // in the order they are needed: B group 0, the first A stages, B group 1
 #pragma unroll
     for (int s = 0; s < PD; ++s)
@@ -1498,7 +1641,7 @@ __global__ void __launch_bounds__(256, 1)
     // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
     // fill fewer warps), from rows prefetched into L2 now.  Either way they are off the prologue's wait for memory.
     const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * (KTR - FG) / 32);
-    if (NG > 1) positive_cosines<true>(P, row0, BM, split, warp, NT / 32, lane);
+    if (NG > 1) positive_cosines<true>(P, cos_row0, cos_rows, split, warp, NT / 32, lane);
     b_split(0, 0u, NG == 1 ? 0 : -1);
     V3_STAMP(1, true);  // prologue done: B group 0 split and stored
 
@@ -1550,7 +1693,7 @@ __global__ void __launch_bounds__(256, 1)
                     wg_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                    fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
+                    if constexpr (KS == 1) fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
                     rd_ki = 0;
                     if (++rd_tile < t_end) {  // the next n-tile (forced splits only): both warpgroups are done with B
                         __syncthreads();
@@ -1565,8 +1708,45 @@ __global__ void __launch_bounds__(256, 1)
     V3_PHASE(5);  // the rest (folds, loop)
     V3_PHASE_STORE();
     wg_wait<0>();
+    if constexpr (KS > 1) {
+        // The pair's sum of its n-tile (one per cluster), folded by rows: CTA r keeps warpgroup r's 64 rows.  Thread t
+        // of the other warpgroup sends its whole accumulator to thread t of the peer (whose rank is that warpgroup),
+        // 16 bytes per store, into the start of the peer's A ring; the keeper adds it to its own (h_r + h_{1-r}, the
+        // same sum of the same two numbers in either CTA) and folds all BN columns of its rows.
+        V3_STAMP(7, true);  // K split: this CTA's loop done, before the exchange
+        const uint32_t xbuf = (XB ? b_res + (uint32_t)(KTR * 2 * BUF) : sbase) + (uint32_t)((tid & 127) * 16);
+        if (XB) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // the peer's s_xfull is ready
+        else cluster_sync();  // both CTAs are out of their K loops: the A rings are free
+        if (wg != rank) {
+            const uint32_t dst = cluster_peer_addr(xbuf, (uint32_t)wg);
+#pragma unroll
+            for (int v = 0; v < NACC / 4; ++v)
+                st_cluster_f4(dst + (uint32_t)(v * 128 * 16), acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);
+            if (XB)  // release at cluster scope: this thread's stores above are seen by the peer's acquire
+                asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
+                             ::"r"(cluster_peer_addr(smem_u32(&s_xfull), (uint32_t)wg)) : "memory");
+        }
+        if (!XB) cluster_sync();  // the peer's stores have landed
+        if (XB && wg == rank) {
+            uint32_t done = 0;
+            while (!done)
+                asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
+                             " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(smem_u32(&s_xfull)) : "memory");
+        }
+        if (wg == rank) {
+            float sum[NACC];
+#pragma unroll
+            for (int v = 0; v < NACC / 4; ++v) {
+                const float4 r = lds4(xbuf + (uint32_t)(v * 128 * 16));
+                sum[4 * v] = acc[4 * v] + r.x, sum[4 * v + 1] = acc[4 * v + 1] + r.y;
+                sum[4 * v + 2] = acc[4 * v + 2] + r.z, sum[4 * v + 3] = acc[4 * v + 3] + r.w;
+            }
+            fold_tile<BN>(P, sum, run_m, run_s, rA, t_begin * BN + 2 * c);
+        }
+    }
     V3_STAMP(3, true);  // K loop and last fold done
-    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
+    if constexpr (MG) finish_cta_flag<NT, KS>(P, run_m, run_s, rA, c == 0 && (KS == 1 || wg == rank), split, mt, rank);
+    else finish_cta<NT>(P, run_m, run_s, rA, c == 0 && (KS == 1 || wg == rank), split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1584,6 +1764,9 @@ struct WgVariant {
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
     bool a3d = false;  // WG_BRES: A stages by one 3-D copy (D % 32 == 0 only; the plan checks)
+    int ks = 1;        // WG_BRES: CTAs per cluster splitting K (bn is the cluster's tile; one n-tile per cluster)
+    bool xb = false;   // ks > 1: the exchange in a buffer of its own (bn x 256 bytes more shared memory)
+    bool mg = false;   // WG_BRES: a merger CTA (one more cluster) instead of the last CTA's ticket
 };
 
 // The automatic plan uses the first four: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
@@ -1600,6 +1783,14 @@ static const WgVariant kWgVariants[] = {
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
     {"bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true>, 1.00, true, true},
     {"bres_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2>, 1.00, true},
+    {"bres3d_ks2_n80_s2k2", 2, 80, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<80, 2, 2, 2, true, 2>, 1.00, false,
+     true, 2},
+    {"bres3d_ks2x_n80_s2k1", 2, 80, 2, 4, true, WG_BRES, infonce_wgmma_bres_kernel<80, 2, 1, 2, true, 2, true>, 1.00,
+     false, true, 2, true},
+    {"bres3d_mg_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true, 1, false, true>,
+     1.00, false, true, 1, false, true},
+    {"bres3d_ks2x_mg_n80_s2k1", 2, 80, 2, 4, true, WG_BRES,
+     infonce_wgmma_bres_kernel<80, 2, 1, 2, true, 2, true, true>, 1.00, false, true, 2, true, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
     {"bres_n40_s2k2_all", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 1024>, 1.00, false},
     {"prod_n40_s4", 2, 40, 4, 4, true, WG_PROD, infonce_wgmma_prod_kernel<40, 4>, 0.85, false},
@@ -1615,8 +1806,8 @@ constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]
 // slack.  WG_BRES: two A rings of 64-row stages and the whole BN x D tile as hi/lo (so it depends on D).
 inline long long wg_smem_bytes(const WgVariant& v, int D) {
     if (v.kind == WG_BRES) {  // kh / 4 k-tiles per stage; the resident tile is a whole number of stages deep
-        const long long kpi = v.kh / 4, ktr = (D + 32 * kpi - 1) / (32 * kpi) * kpi;
-        return 2LL * v.pd * kpi * 64 * 128 + ktr * 2 * v.bn * 128 + 1024;
+        const long long kpi = v.kh / 4, ktr = ((D + 32 * kpi - 1) / (32 * kpi) + v.ks - 1) / v.ks * kpi;
+        return 2LL * v.pd * kpi * 64 * 128 + ktr * 2 * v.bn * 128 + (v.xb ? v.bn * 256LL : 0) + 1024;
     }
     return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
 }
@@ -1674,6 +1865,7 @@ struct Plan {
     int S = 1, m_tiles = 1, n_tiles = 1, grid = 1, threads = 0, smem = 0;
     size_t off_pos = 0, off_part = 0, ws_bytes = 0;  // workspace layout (bytes)
     int counters = 1;                                              // zeroed unsigned counters needed
+    int workers = 1;                                               // CTAs computing tiles (the rest: a merger)
 };
 
 inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -1706,21 +1898,22 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
             const long long mt = (B + BM - 1) / BM, nt = (N + v.bn - 1) / v.bn;
             if (wg_smem_bytes(v, D) > kMaxDynSmem) continue;
             // B resident: made for small problems, one n-tile per CTA in one wave (each further tile of a CTA is
-            // loaded and split in turn, with the loop stopped)
-            if (v.kind == WG_BRES && variant < 0 && mt * nt > sms) continue;
+            // loaded and split in turn, with the loop stopped); with a K split (ks > 1) one n-tile per cluster of ks
+            // CTAs, always (forced split counts do not apply), one partial per cluster.
+            if (v.kind == WG_BRES && variant < 0 && mt * nt * v.ks + (v.mg ? v.ks : 0) > sms) continue;
             if (v.a3d && D % 32 != 0) continue;
             const long long s_max = std::min<long long>(nt, 1024);
-            for (long long s = 1; s <= s_max; ++s) {
-                if (splits > 0 && s != std::min<long long>(splits, s_max)) continue;
+            for (long long s = 1; s <= s_max; ++s) {  // s: CTAs (clusters) per m-tile
+                if (v.ks > 1 ? s != nt : splits > 0 && s != std::min<long long>(splits, s_max)) continue;
                 if (v.kind == WG_BRES && variant < 0 && s != nt) continue;
-                if (mt * s > 0x7fffffffLL) break;
-                const long long waves = (mt * s + (long long)sms * per_sm - 1) / ((long long)sms * per_sm);
+                if (mt * s * v.ks > 0x7fffffffLL) break;
+                const long long waves = (mt * s * v.ks + (long long)sms * per_sm - 1) / ((long long)sms * per_sm);
                 const long long per_cta = (nt + s - 1) / s;
-                const double t = (double)waves * (double)per_cta * BM * v.bn / per_sm / v.eff;
+                const double t = (double)waves * (double)per_cta * BM * v.bn / v.ks / per_sm / v.eff;
                 if (t < best_t * 0.97) {  // > 3% better: else fewer splits and earlier variants win near-ties
                     best_t = t;
                     pl.variant = vi;
-                    pl.S = (int)s;
+                    pl.S = (int)s;  // partials per row (K split: one per cluster)
                 }
             }
         }
@@ -1756,7 +1949,11 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.smem = c.smem;
         pl.counters = 1;
     }
-    pl.grid = (int)std::min<long long>((long long)pl.m_tiles * pl.S, 0x7fffffffLL);
+    const int ks = pl.path == 0 ? kWgVariants[pl.variant].ks : 1;
+    const bool mg = pl.path == 0 && kWgVariants[pl.variant].mg;
+    pl.workers = (int)std::min<long long>((long long)pl.m_tiles * pl.S * ks, 0x7fffffffLL - ks);
+    pl.grid = pl.workers + (mg ? ks : 0);  // the merger's cluster after the workers
+    if (mg) pl.counters = 1 + pl.m_tiles * pl.S * ks;  // the ticket's counter, then one flag per worker
     pl.off_pos = 0;
     pl.off_part = align256((size_t)B * sizeof(double));
     pl.ws_bytes = pl.off_part + align256((size_t)pl.S * B * sizeof(float2));
@@ -1814,7 +2011,7 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.q = q, P.p = p, P.n = n;
         P.B = B, P.D = D, P.N = N, P.S = pl.S, P.n_tiles = pl.n_tiles;
         P.scale2 = scale2, P.inv_t = inv_t;
-        P.part = part, P.pos = pos, P.counters = counters, P.out = out;
+        P.part = part, P.pos = pos, P.counters = counters, P.out = out, P.workers = pl.workers;
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
         CUtensorMap tmA = {}, tmB = {};
         if (v.tma) {
@@ -1824,8 +2021,18 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
             if (e == cudaSuccess) e = encode_rows_map(&tmB, n, N, D, v.bn);
             if (e != cudaSuccess) return e;
         }
-        v.kern<<<pl.grid, pl.threads, pl.smem, stream>>>(tmA, tmB, P);
-        return cudaGetLastError();
+        if (v.ks == 1) {
+            v.kern<<<pl.grid, pl.threads, pl.smem, stream>>>(tmA, tmB, P);
+            return cudaGetLastError();
+        }
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)v.ks, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3((unsigned)pl.grid), cfg.blockDim = dim3((unsigned)pl.threads);
+        cfg.dynamicSmemBytes = (size_t)pl.smem, cfg.stream = stream;
+        cfg.attrs = attr, cfg.numAttrs = 1;
+        return cudaLaunchKernelEx(&cfg, v.kern, tmA, tmB, P);
     }
     if (pl.variant == 0) {
         return pl.vec4 ? legacy_launch<INFONCE_V3_LEGACY_BIG, true>(pl, stream, q, p, n, B, D, N, scale2, inv_t, part,
