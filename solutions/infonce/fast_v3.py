@@ -490,8 +490,7 @@ struct WgParams {
     double inv_t;
     float2* part;       // [S][B]
     double* pos;        // [B]
-    unsigned* counters; // [1] ([1 + m-tiles x S] with a merger CTA: its flags), zero between launches
-    int workers;        // CTAs that compute tiles; with a merger CTA (BRES kernel) it is CTA `workers`
+    unsigned* counters; // [1], zero between launches
     float* out;
     float* dbg_logits;  // optional [B][N]: raw dot products (debug)
     double* dbg_rowloss;  // optional [B]: per-row loss (debug)
@@ -517,15 +516,6 @@ __device__ __forceinline__ void st_smem_u32(uint32_t addr, uint32_t v) {
 // warpgroup of the BRES kernel).
 __device__ __forceinline__ void bar_sync_named(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-// The merger CTA's hand-off (BRES kernel): a release store of a worker's flag, an acquire load to poll it.
-__device__ __forceinline__ void st_release_gpu(unsigned* p, unsigned v) {
-    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
 }
 __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* p, unsigned v) {
     unsigned old;
@@ -601,12 +591,8 @@ __device__ __forceinline__ float4 lds4(uint32_t addr) {
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
     return v;
 }
-// Thread-block clusters (the K-split BRES kernel): a barrier of every thread of the cluster (release / acquire, so
-// shared-memory writes to a peer before it are seen by the peer after it), a peer CTA's address of a shared-memory
-// location, and a 16-byte store there.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
+// Thread-block clusters (the K-split BRES kernel): a peer CTA's address of a shared-memory location, and a 16-byte
+// store there.
 __device__ __forceinline__ uint32_t cluster_peer_addr(uint32_t addr, uint32_t rank) {
     uint32_t r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
@@ -983,101 +969,6 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
         P.out[0] = (float)(t / (double)B);
         P.counters[0] = 0u;
     }
-    V3_STAMP(6, true);  // merger: output written
-}
-
-// With a merger CTA (BRES kernel, MG): a worker writes its partials as finish_cta does, then raises its flag
-// (counters[1 + (mt * S + split) * KS + rank]: each CTA of a K-split pair writes the rows of one warpgroup) with one
-// release store after a CTA barrier (which orders every thread's writes, positive cosines included, before it); it
-// waits for nothing, so no start order of the CTAs can deadlock.
-template <int NT, int KS>
-__device__ __forceinline__ void finish_cta_flag(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2],
-                                                int rA, bool writer, int split, int mt, int rank) {
-    const int B = P.B, S = P.S;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float sum = run_s[h];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int row = rA + 8 * h;
-        if (writer && row < B) P.part[(size_t)split * B + row] = make_float2(run_m[h], sum);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) st_release_gpu(P.counters + 1 + ((size_t)mt * S + split) * KS + rank, 1u);
-    V3_STAMP(4, true);  // flag raised
-}
-
-// The merger CTA (nineteenth session): it starts with the workers and folds each row's partials as their flags
-// rise, in split order, so that after the last worker's flag only one round of loads and the row losses remain
-// (the ticket's last CTA starts its whole merge only then, from a cold SM: 2.5-4.5 us at the seed shape by stamps).
-// Thread t owns row base + t of each pass of NT rows (a warp's 32 rows share an m-tile, BM = 128); lane i polls the
-// flag of split done + i, the warp takes the prefix of raised flags (one acquire per flag, then a warp barrier before
-// any lane reads the partials), loads those partials together and folds them one at a time, so the result does not
-// depend on how they arrived: with d = x - m, s = s + y 2^d when d <= 0, else s 2^-d + y and m = x (one exp2).
-// Then the row losses as in finish_cta, their fixed-order sum, the output, and every flag back to zero.
-template <int NT, int KS>
-__device__ __forceinline__ void merger_cta(const WgParams& P, double* s_wsum) {
-    constexpr double LN2 = 0.69314718055994530942;
-    const int B = P.B, S = P.S;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const float2* part = P.part;
-    double tloss = 0.0;
-#pragma unroll 1
-    for (int base = 0; base < B; base += NT) {
-        const int wrow0 = base + 32 * warp, row = base + tid;
-        if (wrow0 >= B) break;  // warp-uniform
-        // the flags of the warp's rows: m-tile wrow0 / 128, and with a K split the CTA of the pair that keeps them
-        const unsigned* fl = P.counters + 1 + (size_t)(wrow0 / 128) * S * KS + (KS == 1 ? 0 : (wrow0 % 128) / 64);
-        const bool valid = row < B;
-        float m = -INFINITY, sum = 0.f;
-        int done = 0;
-#pragma unroll 1
-        while (done < S) {
-            const int k = done + lane;
-            const unsigned f = k < S ? ld_acquire_gpu(fl + (size_t)k * KS) : 0u;
-            const unsigned ready = __ballot_sync(0xffffffffu, f != 0u);
-            const int n = min(ready == 0xffffffffu ? 32 : __ffs(~ready) - 1, S - done);
-            if (n == 0) continue;
-            __syncwarp();  // the acquires above before every lane's loads below
-            float2 v[32];
-#pragma unroll
-            for (int u = 0; u < 32; ++u)
-                v[u] = valid && u < n ? __ldcg(part + (size_t)(done + u) * B + row) : make_float2(-INFINITY, 0.f);
-#pragma unroll
-            for (int u = 0; u < 32; ++u) {
-                const float x = v[u].x, y = v[u].y;
-                if (x == -INFINITY) continue;  // an empty partial (or past n)
-                if (m == -INFINITY) {
-                    m = x, sum = y;
-                    continue;
-                }
-                const float d = x - m;
-                const float e = exp2f(-fabsf(d));
-                sum = d <= 0.f ? fmaf(y, e, sum) : fmaf(sum, e, y);
-                m = fmaxf(m, x);
-            }
-            done += n;
-        }
-        V3_STAMP(5, tid == 0 && base == 0);  // merger: row 0 folded
-        if (valid) {
-            const double x = ((double)m + (double)log2f(sum)) * LN2 - __ldcg(P.pos + row);
-            const double loss = (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
-            if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
-            tloss += loss;
-        }
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) tloss += __shfl_xor_sync(0xffffffffu, tloss, off);
-    if (lane == 0) s_wsum[warp] = tloss;
-    __syncthreads();
-    if (tid == 0) {
-        double t = 0.0;
-#pragma unroll
-        for (int w = 0; w < NT / 32; ++w) t += s_wsum[w];
-        P.out[0] = (float)(t / (double)B);
-    }
-    const int nflags = ((B + 127) / 128) * S * KS;
-    for (int i = tid; i < nflags; i += NT) P.counters[1 + i] = 0u;
     V3_STAMP(6, true);  // merger: output written
 }
 
@@ -1490,10 +1381,11 @@ __global__ void __launch_bounds__(384, 1)
 // shape a 128 x 80 tile per pair instead of 128 x 40 per CTA, with half the A traffic, half the A splits and half the
 // wgmma issues per CTA for the same tensor work.  After the loop the pair adds its accumulators through distributed
 // shared memory, each CTA keeping the rows of one warpgroup, and writes one partial per cluster and row: half as many
-// partials for the merge to read.  The plan gives every cluster exactly one n-tile.  XB: the peer's accumulators land in
-// a buffer of their own after the B tile, announced by a remote mbarrier arrive (one hand-off, no second cluster
-// barrier); else in the A ring, between two cluster barriers.
-template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool XB = false, bool MG = false>
+// partials for the merge to read (the peer's accumulators land in a buffer of their own after the B tile, announced by
+// a remote mbarrier arrive).  The plan gives every cluster exactly one n-tile.  Measured (nineteenth session, bench,
+// seed shape): 18.0-18.3 us against 18.4-18.5 for bres3d_n40_s2k2 in the same calls; by stamps the pair's loops end
+// about 2 us earlier, and the wait for the slower CTA of the pair, the exchange and the 80-column fold take most of it.
+template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                               const WgParams P) {
@@ -1510,12 +1402,7 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ int s_flag;
     __shared__ alignas(8) unsigned long long s_full[2 * PD];  // warpgroup w's stage s: s_full[w * PD + s]
     __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
-    __shared__ alignas(8) unsigned long long s_xfull;     // XB: the peer's 128 senders have stored their accumulators
-    static_assert(!XB || KS == 2, "exchange buffer: K split only");
-    if (MG && (int)blockIdx.x >= P.workers) {  // the merger's cluster: its first CTA merges, any other one leaves
-        if ((int)blockIdx.x == P.workers) merger_cta<NT, KS>(P, s_wsum);
-        return;
-    }
+    __shared__ alignas(8) unsigned long long s_xfull;     // KS = 2: the peer's 128 senders have stored their sums
 
     V3_STAMP(0, true);  // entry
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
@@ -1626,12 +1513,12 @@ __global__ void __launch_bounds__(256, 1)
         for (int s = 0; s < 2 * PD; ++s) mbar_init(smem_u32(&s_full[0]) + 8u * (uint32_t)s, 1u);
 #pragma unroll 1
         for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
-        if (XB) mbar_init(smem_u32(&s_xfull), 128u);
+        if (KS > 1) mbar_init(smem_u32(&s_xfull), 128u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    // XB: the peer may arrive on s_xfull only once it is initialised; this arrive is waited for after the K loop.
-    if (XB) asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    // KS = 2: the peer may arrive on s_xfull only once it is initialised; this arrive is waited for after the K loop.
+    if (KS > 1) asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
     b_copy(t_begin, 0);  // in the order they are needed: B group 0, the first A stages, B group 1
 #pragma unroll
     for (int s = 0; s < PD; ++s)
@@ -1711,23 +1598,22 @@ __global__ void __launch_bounds__(256, 1)
     if constexpr (KS > 1) {
         // The pair's sum of its n-tile (one per cluster), folded by rows: CTA r keeps warpgroup r's 64 rows.  Thread t
         // of the other warpgroup sends its whole accumulator to thread t of the peer (whose rank is that warpgroup),
-        // 16 bytes per store, into the start of the peer's A ring; the keeper adds it to its own (h_r + h_{1-r}, the
-        // same sum of the same two numbers in either CTA) and folds all BN columns of its rows.
+        // 16 bytes per store, into the peer's exchange buffer (after its B tile), then arrives on the peer's s_xfull
+        // (release at cluster scope: its stores are seen by the peer's acquire).  The keeper waits there, adds the
+        // peer's sums to its own (h_r + h_{1-r}, the same sum of the same two numbers in either CTA) and folds all BN
+        // columns of its rows.  (Measured against the same exchange in the A ring between two cluster barriers: 0.1-0.3
+        // us faster at the seed shape.)
         V3_STAMP(7, true);  // K split: this CTA's loop done, before the exchange
-        const uint32_t xbuf = (XB ? b_res + (uint32_t)(KTR * 2 * BUF) : sbase) + (uint32_t)((tid & 127) * 16);
-        if (XB) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // the peer's s_xfull is ready
-        else cluster_sync();  // both CTAs are out of their K loops: the A rings are free
+        const uint32_t xbuf = b_res + (uint32_t)(KTR * 2 * BUF) + (uint32_t)((tid & 127) * 16);
+        asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // the peer's s_xfull is initialised
         if (wg != rank) {
             const uint32_t dst = cluster_peer_addr(xbuf, (uint32_t)wg);
 #pragma unroll
             for (int v = 0; v < NACC / 4; ++v)
                 st_cluster_f4(dst + (uint32_t)(v * 128 * 16), acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);
-            if (XB)  // release at cluster scope: this thread's stores above are seen by the peer's acquire
-                asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
-                             ::"r"(cluster_peer_addr(smem_u32(&s_xfull), (uint32_t)wg)) : "memory");
-        }
-        if (!XB) cluster_sync();  // the peer's stores have landed
-        if (XB && wg == rank) {
+            asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
+                         ::"r"(cluster_peer_addr(smem_u32(&s_xfull), (uint32_t)wg)) : "memory");
+        } else {
             uint32_t done = 0;
             while (!done)
                 asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
@@ -1745,8 +1631,7 @@ __global__ void __launch_bounds__(256, 1)
         }
     }
     V3_STAMP(3, true);  // K loop and last fold done
-    if constexpr (MG) finish_cta_flag<NT, KS>(P, run_m, run_s, rA, c == 0 && (KS == 1 || wg == rank), split, mt, rank);
-    else finish_cta<NT>(P, run_m, run_s, rA, c == 0 && (KS == 1 || wg == rank), split, s_wsum, &s_flag);
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0 && (KS == 1 || wg == rank), split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1764,16 +1649,17 @@ struct WgVariant {
     double eff;      // relative efficiency per output element (narrow wgmma N is assumed less efficient)
     bool automatic;  // considered by the automatic plan
     bool a3d = false;  // WG_BRES: A stages by one 3-D copy (D % 32 == 0 only; the plan checks)
-    int ks = 1;        // WG_BRES: CTAs per cluster splitting K (bn is the cluster's tile; one n-tile per cluster)
-    bool xb = false;   // ks > 1: the exchange in a buffer of its own (bn x 256 bytes more shared memory)
-    bool mg = false;   // WG_BRES: a merger CTA (one more cluster) instead of the last CTA's ticket
+    int ks = 1;        // WG_BRES: CTAs per cluster splitting K (bn is the cluster's tile; one n-tile per cluster;
+                       // bn x 256 bytes more shared memory for the exchange)
 };
 
-// The automatic plan uses the first four: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
+// The automatic plan uses the first five: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
 // L2 traffic per flop), and the B-resident 128 x 40 kernel wherever it fits (one n-tile per CTA in one wave, the
 // tile's hi/lo in shared memory: the seed shape, 2 m-tiles x 64 splits = 128 CTAs; its efficiency 1.0 makes it win
 // over the 40-wide TMA kernel there: 19.1-19.3 us against 22.2-22.5 in the twelfth session's bench calls), in its
-// 3-D-copy form when D % 32 == 0 (listed first, so it wins the tie).  The bench
+// 3-D-copy form when D % 32 == 0 (listed first, so it wins the tie), and before that its K-split pairs of 128 x 80
+// tiles (the same cost per CTA in the plan's model, so listed first to win the tie where they fit: the seed shape,
+// 2 m-tiles x 32 pairs = 128 CTAs).  The bench
 // also builds the others (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles, the B-resident kernel with
 // the whole tile split in the prologue, the producer-warpgroup kernel, one-warpgroup CTAs two per SM) to time them;
 // the extension does not compile them.  All of them compile without register spills (ptxas -v), and without ptxas's
@@ -1781,16 +1667,10 @@ struct WgVariant {
 static const WgVariant kWgVariants[] = {
     {"tma_n40_s4", 2, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
+    {"bres3d_ks2_n80_s2k1", 2, 80, 2, 4, true, WG_BRES, infonce_wgmma_bres_kernel<80, 2, 1, 2, true, 2>, 1.00, true,
+     true, 2},
     {"bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true>, 1.00, true, true},
     {"bres_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2>, 1.00, true},
-    {"bres3d_ks2_n80_s2k2", 2, 80, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<80, 2, 2, 2, true, 2>, 1.00, false,
-     true, 2},
-    {"bres3d_ks2x_n80_s2k1", 2, 80, 2, 4, true, WG_BRES, infonce_wgmma_bres_kernel<80, 2, 1, 2, true, 2, true>, 1.00,
-     false, true, 2, true},
-    {"bres3d_mg_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true, 1, false, true>,
-     1.00, false, true, 1, false, true},
-    {"bres3d_ks2x_mg_n80_s2k1", 2, 80, 2, 4, true, WG_BRES,
-     infonce_wgmma_bres_kernel<80, 2, 1, 2, true, 2, true, true>, 1.00, false, true, 2, true, true},
 #ifdef INFONCE_V3_ALL_VARIANTS
     {"bres_n40_s2k2_all", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 1024>, 1.00, false},
     {"prod_n40_s4", 2, 40, 4, 4, true, WG_PROD, infonce_wgmma_prod_kernel<40, 4>, 0.85, false},
@@ -1807,7 +1687,7 @@ constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]
 inline long long wg_smem_bytes(const WgVariant& v, int D) {
     if (v.kind == WG_BRES) {  // kh / 4 k-tiles per stage; the resident tile is a whole number of stages deep
         const long long kpi = v.kh / 4, ktr = ((D + 32 * kpi - 1) / (32 * kpi) + v.ks - 1) / v.ks * kpi;
-        return 2LL * v.pd * kpi * 64 * 128 + ktr * 2 * v.bn * 128 + (v.xb ? v.bn * 256LL : 0) + 1024;
+        return 2LL * v.pd * kpi * 64 * 128 + ktr * 2 * v.bn * 128 + (v.ks > 1 ? v.bn * 256LL : 0) + 1024;
     }
     return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
 }
@@ -1865,7 +1745,6 @@ struct Plan {
     int S = 1, m_tiles = 1, n_tiles = 1, grid = 1, threads = 0, smem = 0;
     size_t off_pos = 0, off_part = 0, ws_bytes = 0;  // workspace layout (bytes)
     int counters = 1;                                              // zeroed unsigned counters needed
-    int workers = 1;                                               // CTAs computing tiles (the rest: a merger)
 };
 
 inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -1900,7 +1779,9 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
             // B resident: made for small problems, one n-tile per CTA in one wave (each further tile of a CTA is
             // loaded and split in turn, with the loop stopped); with a K split (ks > 1) one n-tile per cluster of ks
             // CTAs, always (forced split counts do not apply), one partial per cluster.
-            if (v.kind == WG_BRES && variant < 0 && mt * nt * v.ks + (v.mg ? v.ks : 0) > sms) continue;
+            if (v.kind == WG_BRES && variant < 0 && mt * nt * v.ks > sms) continue;
+            // a K split pays for its exchange only with a few k-tiles per CTA (the automatic plan asks for 2 or more)
+            if (v.ks > 1 && variant < 0 && (D + 31) / 32 < 2 * v.ks) continue;
             if (v.a3d && D % 32 != 0) continue;
             const long long s_max = std::min<long long>(nt, 1024);
             for (long long s = 1; s <= s_max; ++s) {  // s: CTAs (clusters) per m-tile
@@ -1950,10 +1831,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.counters = 1;
     }
     const int ks = pl.path == 0 ? kWgVariants[pl.variant].ks : 1;
-    const bool mg = pl.path == 0 && kWgVariants[pl.variant].mg;
-    pl.workers = (int)std::min<long long>((long long)pl.m_tiles * pl.S * ks, 0x7fffffffLL - ks);
-    pl.grid = pl.workers + (mg ? ks : 0);  // the merger's cluster after the workers
-    if (mg) pl.counters = 1 + pl.m_tiles * pl.S * ks;  // the ticket's counter, then one flag per worker
+    pl.grid = (int)std::min<long long>((long long)pl.m_tiles * pl.S * ks, 0x7fffffffLL);
     pl.off_pos = 0;
     pl.off_part = align256((size_t)B * sizeof(double));
     pl.ws_bytes = pl.off_part + align256((size_t)pl.S * B * sizeof(float2));
@@ -2011,7 +1889,7 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         P.q = q, P.p = p, P.n = n;
         P.B = B, P.D = D, P.N = N, P.S = pl.S, P.n_tiles = pl.n_tiles;
         P.scale2 = scale2, P.inv_t = inv_t;
-        P.part = part, P.pos = pos, P.counters = counters, P.out = out, P.workers = pl.workers;
+        P.part = part, P.pos = pos, P.counters = counters, P.out = out;
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
         CUtensorMap tmA = {}, tmB = {};
         if (v.tma) {
