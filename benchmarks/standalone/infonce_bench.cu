@@ -545,12 +545,8 @@ static int group_time_seed() {
         const Plan& pl = r.second;
         const infonce_v3::WgVariant& v = infonce_v3::kWgVariants[pl.variant];
         if (pl.path != 0 || v.ks == 1 || r.first == "v3 auto") continue;
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)v.ks, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3((unsigned)pl.grid), cfg.blockDim = dim3((unsigned)pl.threads);
-        cfg.dynamicSmemBytes = (size_t)pl.smem, cfg.attrs = attr, cfg.numAttrs = 1;
+        cudaLaunchAttribute cluster;
+        const cudaLaunchConfig_t cfg = infonce_v3::cluster_launch_config(v, pl, nullptr, &cluster);
         int clusters = -1;
         const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, v.kern, &cfg);
         printf("  %s: at most %d clusters of %d CTAs at once (%s); the grid has %d\n", v.name, clusters, v.ks,

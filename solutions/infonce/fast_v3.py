@@ -570,6 +570,13 @@ __device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
                  : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     return done != 0;
 }
+// The same wait with acquire at cluster scope: for an mbarrier that a peer CTA of the cluster arrives on remotely.
+__device__ __forceinline__ bool mbar_try_cluster(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    return done != 0;
+}
 // 2-D tile copy (box of the tensor map) global -> this CTA's smem at dst, completion in bytes on bar.  Elements
 // outside the tensor are written as zeros (and counted): ragged rows and the K tail need no code.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
@@ -1614,10 +1621,8 @@ __global__ void __launch_bounds__(256, 1)
             asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
                          ::"r"(cluster_peer_addr(smem_u32(&s_xfull), (uint32_t)wg)) : "memory");
         } else {
-            uint32_t done = 0;
-            while (!done)
-                asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
-                             " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(smem_u32(&s_xfull)) : "memory");
+            while (!mbar_try_cluster(smem_u32(&s_xfull), 0u)) {
+            }
         }
         if (wg == rank) {
             float sum[NACC];
@@ -1844,6 +1849,19 @@ inline const char* plan_name(const Plan& pl) {
                            : (pl.vec4 ? "legacy_64x80_v4" : "legacy_64x80_b4");
 }
 
+// The launch of a K-split variant (v.ks > 1): clusters of v.ks CTAs along x.  `cluster` is the attribute the
+// configuration points at (so it must outlive it).  The bench asks the occupancy API about the same configuration.
+inline cudaLaunchConfig_t cluster_launch_config(const WgVariant& v, const Plan& pl, cudaStream_t stream,
+                                                cudaLaunchAttribute* cluster) {
+    cluster->id = cudaLaunchAttributeClusterDimension;
+    cluster->val.clusterDim.x = (unsigned)v.ks, cluster->val.clusterDim.y = 1, cluster->val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)pl.grid), cfg.blockDim = dim3((unsigned)pl.threads);
+    cfg.dynamicSmemBytes = (size_t)pl.smem, cfg.stream = stream;
+    cfg.attrs = cluster, cfg.numAttrs = 1;
+    return cfg;
+}
+
 // Raise a kernel's dynamic shared memory limit to `smem` once per device (done[dev] = the largest set so far: the
 // BRES kernels' smem grows with D).
 template <class K>
@@ -1903,13 +1921,8 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
             v.kern<<<pl.grid, pl.threads, pl.smem, stream>>>(tmA, tmB, P);
             return cudaGetLastError();
         }
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)v.ks, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3((unsigned)pl.grid), cfg.blockDim = dim3((unsigned)pl.threads);
-        cfg.dynamicSmemBytes = (size_t)pl.smem, cfg.stream = stream;
-        cfg.attrs = attr, cfg.numAttrs = 1;
+        cudaLaunchAttribute cluster;
+        const cudaLaunchConfig_t cfg = cluster_launch_config(v, pl, stream, &cluster);
         return cudaLaunchKernelEx(&cfg, v.kern, tmA, tmB, P);
     }
     if (pl.variant == 0) {
