@@ -36,8 +36,8 @@ __global__ void spin_kernel(long long clocks) {
 
 struct Shape {
     const char* name;
-    int grid, threads, smem, cluster;  // cluster 1 = a plain launch
-    bool writes;                       // write_kernel (64 floats per CTA) instead of empty_kernel
+    int grid, threads, smem, cluster;  // cluster 1 and no writes: a plain <<<>>> launch; else cudaLaunchKernelEx with
+    bool writes;                       // a cluster dimension of `cluster`; writes: write_kernel (64 floats per CTA)
 };
 
 cudaError_t launch(const Shape& s, float* out) {
