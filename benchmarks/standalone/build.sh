@@ -32,7 +32,7 @@ EOF_PY
 gen_headers "$root" "$gen"
 for src in "$here"/*.cu; do
     name=$(basename "$src" .cu)
-    case "$name" in infonce_bench|wgmma_rate|stream_probe) continue ;; esac  # need sm_90a: built below
+    case "$name" in infonce_bench|wgmma_rate|stream_probe|merge_probe) continue ;; esac  # need sm_90a: built below
     "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -cudart static -lineinfo \
         -Xptxas -v -I"$gen" -o "$bin/$name" "$src" 2> "$bin/$name.ptxas.txt" || {
         cat "$bin/$name.ptxas.txt"; exit 1; }
@@ -56,6 +56,10 @@ wait -n && wait -n
 "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -Xptxas -v -I"$here" -I"$gen" \
     -o "$bin/stream_probe" "$here/stream_probe.cu" 2> "$bin/stream_probe.ptxas.txt" || {
     cat "$bin/stream_probe.ptxas.txt"; exit 1; }
+# merge_probe ends one of its stand-ins with fast_v3's own finish_cta, stamped
+"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -DINFONCE_BENCH_PROBE \
+    -DINFONCE_V3_STAMPS -Xptxas -v -I"$here" -I"$gen" -o "$bin/merge_probe" "$here/merge_probe.cu" \
+    2> "$bin/merge_probe.ptxas.txt" || { cat "$bin/merge_probe.ptxas.txt"; exit 1; }
 
 # BASE: the same two benches from another revision (its own bench sources, which match its solution files).
 if [ -n "${BASE:-}" ]; then
