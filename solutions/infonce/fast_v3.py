@@ -917,12 +917,7 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
     if (tid == 0) *s_flag = atom_add_acq_rel_gpu(P.counters, 1u) == gridDim.x - 1;
     __syncthreads();
     V3_STAMP(4, true);  // ticket taken
-    // Every other CTA is done once it has its ticket; its warp 0 runs the merge's code dry over rows 0-31 (loads of
-    // partials that may still be in flight, the result thrown away), so that the merge's instructions are in L2 by
-    // the time the last CTA runs them.  (Twentieth session: fast_v3's end in a small stand-in kernel merges in 1.5 us
-    // after the ticket; in the shipped kernel the same code took 1.8 us in some calls and 3.6-4.6 in most.)
-    const bool dry = !*s_flag;
-    if (dry && warp != 0) return;
+    if (!*s_flag) return;
 
     // Thread t owns rows t, t + NT, ...: it merges a row's S partials in split order, kMergeChunk loads in flight
     // (two rounds at the seed shape), into a (max, sum) with the sum in float.  This code runs once per launch on
@@ -966,11 +961,10 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
         }
         const double x = ((double)m + (double)log2f(sum)) * LN2 - pv;
         const double loss = (x > 0.0 ? x : 0.0) + (double)log1pf(expf(-fabsf((float)x)));
-        if (P.dbg_rowloss != nullptr && !dry) P.dbg_rowloss[row] = loss;
+        if (P.dbg_rowloss != nullptr) P.dbg_rowloss[row] = loss;
         tloss += loss;
     }
-    V3_STAMP(5, !dry);  // merger: row losses formed
-    if (dry) return;
+    V3_STAMP(5, true);  // merger: row losses formed
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) tloss += __shfl_xor_sync(0xffffffffu, tloss, off);
     if (lane == 0) s_wsum[warp] = tloss;
