@@ -355,8 +355,10 @@ static int group_gemm(int vi) {
     const infonce_v3::WgVariant& v = infonce_v3::kWgVariants[vi];
     printf("GEMM layout check, variant %d = %s (warpgroups %d, N %d, prefetch %d, k8-steps/iteration %d)\n", vi,
            v.name, v.wgs, v.bn, v.pd, v.kh);
-    const int BM = 64 * v.wgs;
-    const int B = 2 * BM + 3, D = 72, N = 3 * v.bn + 5;  // ragged rows, ragged k-tile (72 = 2x32 + 8), ragged cols
+    const int BM = infonce_v3::wg_bm(v);
+    // ragged rows, ragged k-tile (72 = 2x32 + 8; the 3-D copies need whole k-tiles: 96, and with a K split an odd
+    // count of them), ragged cols
+    const int B = 2 * BM + 3, D = v.a3d ? 96 : 72, N = 3 * v.bn + 5;
     int fails = 0;
     std::vector<float> hq((size_t)B * D), hn((size_t)N * D);
     for (size_t i = 0; i < hq.size(); ++i) hq[i] = (float)((int)(hash32_host(i, 11) % 17) - 8) / 16.0f;
@@ -389,6 +391,8 @@ struct Case {
     int off_q, off_p, off_n;  // float offsets of the bases (misalignment)
     int scale_idx;            // which of the harness's scales each input gets
     bool p_equals_q;          // positive == query (cos 1: tiny losses)
+    int special = 0;          // 1: three entries beyond fp16's range (query 5, negatives 7 and N-1); 2: rows scaled
+                              // by 2^-8..2^8
 };
 
 static void make_inputs(const Case& c, std::vector<float>& q, std::vector<float>& p, std::vector<float>& n,
@@ -403,6 +407,20 @@ static void make_inputs(const Case& c, std::vector<float>& q, std::vector<float>
         fill_rows(p, c.B, c.D, seed * 3 + 2, sp);
     }
     fill_rows(n, c.N, c.D, seed * 3 + 3, sn);
+    if (c.special == 1) {  // the 3xFP16 kernels' guard: |x| >= 65520 must not give a wrong loss
+        q[(size_t)5 * c.D + 3] = 7e4f;
+        n[(size_t)7 * c.D + 11] = 7e4f;
+        n[(size_t)c.N * c.D - 1] = -9e4f;
+    }
+    if (c.special == 2) {  // magnitudes over 16 binades (fp16's subnormals for the small rows' entries)
+        auto scale_rows = [&](std::vector<float>& x, int rows, uint32_t salt) {
+            for (int r = 0; r < rows; ++r) {
+                const float f = std::ldexp(1.0f, (int)(hash32_host((uint64_t)r, salt) % 17) - 8);
+                for (int k = 0; k < c.D; ++k) x[(size_t)r * c.D + k] *= f;
+            }
+        };
+        scale_rows(q, c.B, seed + 1), scale_rows(p, c.B, seed + 2), scale_rows(n, c.N, seed + 3);
+    }
 }
 
 static int check_one(const char* who, const std::string& plan, double got, double ref) {
@@ -433,6 +451,9 @@ static int group_correct() {
         {"512x256 N8192", 512, 256, 8192, 0.1, 0, 0, 0, 4, false},
         {"cold T0.05 scale 2", 64, 256, 4099, 0.05, 0, 0, 0, 4, false},
         {"tiny loss p=q T0.05", 64, 128, 100, 0.05, 0, 0, 0, 2, true},
+        {"seed, |x| > 65504 entries", 256, 512, 2560, 0.1, 0, 0, 0, 1, false, 1},
+        {"odd, |x| > 65504 entries", 70, 256, 700, 0.1, 0, 0, 0, 3, false, 1},
+        {"seed, rows 2^-8..2^8", 256, 512, 2560, 0.1, 0, 0, 0, 2, false, 2},
     };
     int fails = 0;
     uint32_t seed = 100;

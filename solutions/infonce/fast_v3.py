@@ -539,6 +539,23 @@ __device__ __forceinline__ void split_tf32_rn(uint32_t xbits, uint32_t& hi, uint
     lo = l;
 }
 
+// 3xFP16 split of two floats into f16x2 words (x0 in the low half, the lower wgmma column): hi = rn_f16(x),
+// lo = rn_f16((x - hi) * 2^11).  fp16 keeps the 11 significant bits of tf32, so for 2^-14 <= |x| < 65504 the bounds
+// are split_tf32_rn's: |x - hi| <= 2^-11 |x|, |x - hi - 2^-11 lo| <= 2^-22 |x| (x - hi is exact in fp32; scaling the
+// remainder by 2^11 keeps lo out of fp16's subnormals, and the products hi.lo are summed in an accumulator of their
+// own, scaled back by 2^-11 at the end).  |x| >= 65520 (or inf, NaN) makes hi infinite and the products non-finite:
+// the caller must not take this path for such inputs.
+__device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+    uint32_t h, l;
+    float h0, h1;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(x1), "f"(x0));
+    asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}" : "=f"(h0), "=f"(h1) : "r"(h));
+    const float r0 = __fmul_rn(__fsub_rn(x0, h0), 2048.f), r1 = __fmul_rn(__fsub_rn(x1, h1), 2048.f);
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(l) : "f"(r1), "f"(r0));
+    hi = h;
+    lo = l;
+}
+
 __device__ __forceinline__ float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 
 // Predicated forms (no branch around them; see the load lambda of the kernel for why).
@@ -641,45 +658,63 @@ __device__ unsigned long long g_v3_phase[kStampCtas][kStampSlots];
 #define V3_PHASE_STORE() ((void)0)
 #endif
 
-// wgmma.mma_async m64nNk8 f32 += tf32 * tf32, A from registers (4 per thread), B from a smem descriptor.
+// wgmma.mma_async m64nNk8 f32 += tf32 * tf32 (WgmmaF16: m64nNk16 f32 += f16 * f16, B K-major), A from registers
+// (4 per thread), B from a smem descriptor.  V3_ACC20 / V3_ACC40: the accumulator operands of N = 40 / 80.
+#define V3_ACC20 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
+#define V3_ACC40 V3_ACC20, "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), \
+    "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), \
+    "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+#define V3_WG_REGS20 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19}"
+#define V3_WG_REGS40 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}"
 template <int N>
 struct Wgmma;
 template <> struct Wgmma<40> {
     static __device__ __forceinline__ void mma(float (&d)[20], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint64_t desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n40k8.f32.tf32.tf32 "
-            "{"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, "
-            "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19"
-            "}, {%20, %21, %22, %23}, %24, p, 1, 1;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)
-            : "memory");
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n40k8.f32.tf32.tf32 " V3_WG_REGS20
+                     ", {%20, %21, %22, %23}, %24, p, 1, 1;\n}\n"
+                     : V3_ACC20
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)
+                     : "memory");
     }
 };
 template <> struct Wgmma<80> {
     static __device__ __forceinline__ void mma(float (&d)[40], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint64_t desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n80k8.f32.tf32.tf32 "
-            "{"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, "
-            "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-            "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
-            "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39"
-            "}, {%40, %41, %42, %43}, %44, p, 1, 1;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)
-            : "memory");
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n80k8.f32.tf32.tf32 " V3_WG_REGS40
+                     ", {%40, %41, %42, %43}, %44, p, 1, 1;\n}\n"
+                     : V3_ACC40
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)
+                     : "memory");
+    }
+};
+template <int N>
+struct WgmmaF16;
+template <> struct WgmmaF16<40> {
+    static __device__ __forceinline__ void mma(float (&d)[20], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc_b, int scale_d) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n40k16.f32.f16.f16 " V3_WG_REGS20
+                     ", {%20, %21, %22, %23}, %24, p, 1, 1, 0;\n}\n"
+                     : V3_ACC20
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)
+                     : "memory");
+    }
+};
+template <> struct WgmmaF16<80> {
+    static __device__ __forceinline__ void mma(float (&d)[40], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc_b, int scale_d) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 " V3_WG_REGS40
+                     ", {%40, %41, %42, %43}, %44, p, 1, 1, 0;\n}\n"
+                     : V3_ACC40
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)
+                     : "memory");
     }
 };
 template <> struct Wgmma<96> {
@@ -769,6 +804,69 @@ __device__ __forceinline__ void issue_3xtf32_batch(float (&acc)[BN / 2], const u
         Wgmma<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh, 1);
     }
     wg_commit();
+}
+
+// 3xFP16 (the B-resident kernel's F16 form).  The K permutation for k16-steps: wgmma column j (0..15) of step s of a
+// k-tile is physical float 8 ((j & 7) >> 1) + 4 s + 2 (j >> 3) + (j & 1), so the thread of c = lane & 3 finds its A
+// registers of step s in its raw pieces x[s] = floats 8c + 4s .. 8c + 4s + 3 of row g (y[s]: row g + 8): (row g, cols
+// 2c, 2c+1) = x[s].xy, (row g+8, same) = y[s].xy, (row g, cols 2c+8, 2c+9) = x[s].zw, (row g+8, same) = y[s].zw.
+// KS16 k16-steps: step l reads pieces x[l] (two per k-tile).
+template <int KS16>
+__device__ __forceinline__ void split_a_fragments_f16(const float4 (&x)[KS16], const float4 (&y)[KS16],
+                                                      uint32_t (&ahi)[4 * KS16], uint32_t (&alo)[4 * KS16]) {
+#pragma unroll
+    for (int l = 0; l < KS16; ++l) {
+        split_f16x2(x[l].x, x[l].y, ahi[4 * l + 0], alo[4 * l + 0]);
+        split_f16x2(y[l].x, y[l].y, ahi[4 * l + 1], alo[4 * l + 1]);
+        split_f16x2(x[l].z, x[l].w, ahi[4 * l + 2], alo[4 * l + 2]);
+        split_f16x2(y[l].z, y[l].w, ahi[4 * l + 3], alo[4 * l + 3]);
+    }
+}
+
+// One committed batch of KS16 k16-steps: a_lo.b_hi and a_hi.b_lo into acc_x (the products scaled by 2^11), a_hi.b_hi
+// into acc.  A resident k-tile of B is one 128-byte row per negative: the hi halves of its two k16-steps in 16-byte
+// chunks 0-3 (32 bytes per step), the lo halves in chunks 4-7; step l reads k-tile l / 2 (ktile_step apart, in 16-byte
+// units), step l % 2 of it.
+template <int BN, int KS16>
+__device__ __forceinline__ void issue_3xf16_batch(float (&acc)[BN / 2], float (&acc_x)[BN / 2],
+                                                  const uint32_t (&ahi)[4 * KS16], const uint32_t (&alo)[4 * KS16],
+                                                  uint64_t dh0, uint64_t ktile_step, bool first) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) reg_fence(acc[i]), reg_fence(acc_x[i]);
+    wg_fence();
+#pragma unroll
+    for (int l = 0; l < KS16; ++l) {
+        const uint64_t dh = dh0 + (uint64_t)(l >> 1) * ktile_step + (uint64_t)(2 * (l & 1));
+        const int sd = (first && l == 0) ? 0 : 1;
+        WgmmaF16<BN>::mma(acc_x, alo[4 * l], alo[4 * l + 1], alo[4 * l + 2], alo[4 * l + 3], dh, sd);
+        WgmmaF16<BN>::mma(acc_x, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh + 4, 1);
+        WgmmaF16<BN>::mma(acc, ahi[4 * l], ahi[4 * l + 1], ahi[4 * l + 2], ahi[4 * l + 3], dh, sd);
+    }
+    wg_commit();
+}
+
+// The 3xFP16 path's guard.  A dot product of the path is finite unless an input of its row of A or B is outside
+// fp16's range (|x| >= 65520, inf, NaN: split_f16x2 makes hi infinite); such a product is recomputed here in fp32
+// FFMA from global memory (the whole of K, once the K split's halves are added), so that no input gives a wrong loss,
+// only a slow one.  tot: the thread's n-tile dot products in the accumulator layout (row rA + 8h, column colb + 8j + e
+// at 4j + 2h + e).
+__device__ __forceinline__ float fp32_dot(const float* a, const float* b, int D) {
+    float s = 0.f;
+    for (int k = 0; k < D; ++k) s = fmaf(a[k], b[k], s);
+    return s;
+}
+template <int BN>
+__device__ __forceinline__ void fix_nonfinite(const WgParams& P, float (&tot)[BN / 2], int rA, int colb, int D) {
+    bool bad = false;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) bad |= !isfinite(tot[i]);
+    if (!bad) return;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+        const int row = rA + 8 * ((i >> 1) & 1), col = colb + 8 * (i >> 2) + (i & 1);
+        if (!isfinite(tot[i]) && row < P.B && col < P.N)
+            tot[i] = fp32_dot(P.q + (size_t)row * D, P.n + (size_t)col * D, D);
+    }
 }
 
 // The negatives (B) items of a thread of NT (tile rows (tid >> 2) + (NT / 4) u, physical floats 8c + 4v + 0..3 in b[u][v])
@@ -1392,12 +1490,19 @@ __global__ void __launch_bounds__(384, 1)
 // a remote mbarrier arrive).  The plan gives every cluster exactly one n-tile.  Measured (nineteenth session, bench,
 // seed shape): 18.0-18.3 us against 18.4-18.5 for bres3d_n40_s2k2 in the same calls; by stamps the pair's loops end
 // about 2 us earlier, and the wait for the slower CTA of the pair, the exchange and the 80-column fold take most of it.
-template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1>
+template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool F16 = false, bool KW = false>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                               const WgParams P) {
-    constexpr int NT = 256, BM = 128, NACC = BN / 2;
+    // KW: both warpgroups take the same 64 rows, warpgroup w the w-th half of the k-tiles (a K split inside the CTA;
+    // warpgroup 1 hands its sums to warpgroup 0 through shared memory after the loop).
+    constexpr int NT = 256, BM = KW ? 64 : 128, NACC = BN / 2, W = KW ? 2 : 1;
+    static_assert(!KW || KS == 1, "one K split at a time");
     constexpr int BUF = BN * 128;     // bytes of one tf32 copy (hi or lo) of a BN x 32 k-tile (a multiple of 1024)
+    // A resident k-tile: tf32 hi and lo copies (the raw copy lands in the lo slot), or F16 (3xFP16): one BN x 128-byte
+    // slot holding both, where the raw copy lands (issue_3xf16_batch has the layout).
+    constexpr int KT_BYTES = F16 ? BUF : 2 * BUF, RAW_OFF = F16 ? 0 : BUF;
+    constexpr int KS16 = 2 * KPI, AREGS = F16 ? 4 * KS16 : 4 * 4 * KPI;  // F16: k16-steps per iteration; A registers
     constexpr int RAW_K = 64 * 128;   // one warpgroup's raw 64 x 32 query k-tile
     constexpr int RAW_A = KPI * RAW_K;  // one stage: KPI k-tiles
     constexpr int KH = 4 * KPI;       // k8-steps per iteration
@@ -1423,15 +1528,18 @@ __global__ void __launch_bounds__(256, 1)
     // The positive cosines of the rows this CTA keeps (with a K split: warpgroup `rank`'s), shared out over the S CTAs
     // that keep them, so that whoever merges a row has waited for the CTA that wrote its cosine.
     const int cos_row0 = mt * BM + (KS == 1 ? 0 : 64 * rank), cos_rows = BM / KS;
-    const int row0 = mt * BM;
+    const int wrow0 = mt * BM + (KW ? 0 : 64 * wg);  // the first of the warpgroup's 64 rows
     const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // 32-bit, warp-uniform (see infonce_wgmma_kernel)
     const int t_begin = split * t_q + min(split, t_r);
     const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
-    const int KI = ((D + 32 * KPI - 1) / (32 * KPI) + KS - 1) / KS;  // iterations per n-tile (of this CTA's K range)
-    const int KTR = KI * KPI;                         // k-tiles of the resident B tile (past D: zeros)
+    const int KI = ((D + 32 * KPI - 1) / (32 * KPI) + KS * W - 1) / (KS * W);  // iterations per n-tile (of the
+                                                                              // warpgroup's K range)
+    const int KTW = KI * KPI;                         // k-tiles of a warpgroup's K range
+    const int KTR = W * KTW;                          // k-tiles of the resident B tile (past D: zeros)
     const int kofs = rank * KTR;                      // the first k-tile of this CTA's K range
+    const int wk0 = KW ? wg * KTW : 0;                // the warpgroup's first k-tile in the resident tile
     const int total = (t_end - t_begin) * KI;         // iterations of each warpgroup
-    const int rA = row0 + 64 * wg + 16 * wq + g;
+    const int rA = wrow0 + 16 * wq + g;
 
     // Shared memory: the A rings (warpgroup w's stage s at sbase + (w * PD + s) * RAW_A, k-tile h of the stage
     // RAW_K further per h), then the resident B tile (k-tile kt's hi copy at b_res + kt * 2 * BUF, its lo copy BUF
@@ -1442,7 +1550,8 @@ __global__ void __launch_bounds__(256, 1)
 
     // The BN x D negatives tile `tile` into b_res as tf32 hi/lo, in two steps.  (1) Thread 0 copies k-tile kt's raw
     // BN x 32 box (tensor map, 128-byte swizzle: float 4j + e of row n in 16-byte chunk j at position j ^ (n & 7);
-    // zeros past N and past D) into kt's lo slot, one mbarrier per group: k-tiles [0, FG) and [FG, KTR).  (2) Each
+    // zeros past N and past D) into kt's lo slot, one mbarrier per group: k-tiles [0, FG) and [FG, KTW) of each
+    // warpgroup's range (KW: two ranges of KTW k-tiles, else one).  (2) Each
     // thread takes items q = (k-tile, row q % BN) of a group: reads the row's 8 raw chunks, then writes its hi and lo
     // chunks in place.
     // Chunk i of the hi/lo layout holds physical floats i, 8 + i, 16 + i, 24 + i (the K permutation of the kernels
@@ -1454,21 +1563,24 @@ __global__ void __launch_bounds__(256, 1)
     // bytes, a warp touching 32 rows per load, prologue 6-8 us at the seed shape; then the whole tile split in the
     // prologue, 4.9 us, most of it waiting for 80 KB per SM from memory; then groups of 4 k-tiles, 0.7 us per
     // group split in the loop.)
-    const int NG = KTR > FG ? 2 : 1;
+    const int NG = KTW > FG ? 2 : 1;
     auto bbar = [&](int grp) { return smem_u32(&s_bfull[grp]); };
     auto b_copy = [&](int tile, int grp) {  // the copies of one group (thread 0)
         if (tid == 0 && grp < NG) {
-            const int k0 = grp == 0 ? 0 : FG, k1 = grp == 0 ? min(FG, KTR) : KTR;
-            mbar_arrive_expect_tx(bbar(grp), (uint32_t)((k1 - k0) * BUF));
+            const int k0 = grp == 0 ? 0 : FG, k1 = grp == 0 ? min(FG, KTW) : KTW;
+            mbar_arrive_expect_tx(bbar(grp), (uint32_t)(W * (k1 - k0) * BUF));
 #pragma unroll 1
-            for (int kt = k0; kt < k1; ++kt)
-                tma_load_2d(b_res + (uint32_t)(kt * 2 * BUF + BUF), &tmB, (kofs + kt) * 32, tile * BN, bbar(grp));
+            for (int r = 0; r < W; ++r)
+#pragma unroll 1
+                for (int kt = r * KTW + k0; kt < r * KTW + k1; ++kt)
+                    tma_load_2d(b_res + (uint32_t)(kt * KT_BYTES + RAW_OFF), &tmB, (kofs + kt) * 32, tile * BN,
+                                bbar(grp));
         }
     };
     // Split group grp (parity: the tile's use of the group's barrier).  With cos_warp0 >= 0 the warps from cos_warp0
     // on first compute the positive cosines (they have few or no items in this group).
     auto b_split = [&](int grp, uint32_t parity, int cos_warp0) {
-        const int k0 = grp == 0 ? 0 : FG, items = BN * ((grp == 0 ? min(FG, KTR) : KTR) - k0);
+        const int k0 = grp == 0 ? 0 : FG, kn = (grp == 0 ? min(FG, KTW) : KTW) - k0, items = BN * W * kn;
         if (cos_warp0 >= 0 && warp >= cos_warp0)
             positive_cosines(P, cos_row0, cos_rows, split, warp - cos_warp0, NT / 32 - cos_warp0, lane);
         while (!mbar_try(bbar(grp), parity)) {  // unbounded, as the A stages
@@ -1476,23 +1588,37 @@ __global__ void __launch_bounds__(256, 1)
         // One item per thread at a time (two or three in flight made ptxas spill: 1-2 us slower at the seed shape).
 #pragma unroll 1
         for (int q = tid; q < items; q += NT) {
-            const int kt = k0 + q / BN, n = q % BN;
-            const uint32_t row = b_res + (uint32_t)(kt * 2 * BUF + n * 128);
+            const int j = q / BN, n = q % BN, kt = (W == 1 ? 0 : j / kn * KTW) + k0 + (W == 1 ? j : j % kn);
+            const uint32_t row = b_res + (uint32_t)(kt * KT_BYTES + n * 128);
             float4 f[8];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) f[j] = lds4(row + (uint32_t)BUF + (uint32_t)((j ^ (n & 7)) << 4));
+            for (int j = 0; j < 8; ++j) f[j] = lds4(row + (uint32_t)RAW_OFF + (uint32_t)((j ^ (n & 7)) << 4));
+            if constexpr (F16) {  // chunk 2s + h (hi) / 4 + 2s + h (lo), word w: floats 8w + 4s + 2h, +1 = f[2w + s]
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                uint32_t hi[4], lo[4];
+                for (int i = 0; i < 4; ++i) {
+                    uint32_t hi[4], lo[4];
 #pragma unroll
-                for (int w = 0; w < 4; ++w) {
-                    const float4& x = f[2 * w + (i >> 2)];
-                    const float e = (i & 3) == 0 ? x.x : (i & 3) == 1 ? x.y : (i & 3) == 2 ? x.z : x.w;
-                    split_tf32_rn(__float_as_uint(e), hi[w], lo[w]);
+                    for (int w = 0; w < 4; ++w) {
+                        const float4& x = f[2 * w + (i >> 1)];
+                        split_f16x2((i & 1) ? x.z : x.x, (i & 1) ? x.w : x.y, hi[w], lo[w]);
+                    }
+                    sts4(row + (uint32_t)((i ^ (n & 7)) << 4), hi);
+                    sts4(row + (uint32_t)(((4 + i) ^ (n & 7)) << 4), lo);
                 }
-                const uint32_t a = row + (uint32_t)((i ^ (n & 7)) << 4);
-                sts4(a, hi);
-                sts4(a + (uint32_t)BUF, lo);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    uint32_t hi[4], lo[4];
+#pragma unroll
+                    for (int w = 0; w < 4; ++w) {
+                        const float4& x = f[2 * w + (i >> 2)];
+                        const float e = (i & 3) == 0 ? x.x : (i & 3) == 1 ? x.y : (i & 3) == 2 ? x.z : x.w;
+                        split_tf32_rn(__float_as_uint(e), hi[w], lo[w]);
+                    }
+                    const uint32_t a = row + (uint32_t)((i ^ (n & 7)) << 4);
+                    sts4(a, hi);
+                    sts4(a + (uint32_t)BUF, lo);
+                }
             }
         }
         fence_proxy_async_smem();  // generic-proxy stores, read by wgmma (async proxy)
@@ -1507,13 +1633,13 @@ __global__ void __launch_bounds__(256, 1)
         if ((tid & 127) == 0) {
             const uint32_t bar = full0 + 8u * (uint32_t)stage, dst = a_ring + (uint32_t)(stage * RAW_A);
             mbar_arrive_expect_tx(bar, (uint32_t)RAW_A);
-            if (A3D) tma_load_3d(dst, &tmA, 0, row0 + 64 * wg, kofs + ld_kt, bar);
+            if (A3D) tma_load_3d(dst, &tmA, 0, wrow0, kofs + wk0 + ld_kt, bar);
 #pragma unroll
             for (int h = 0; h < (A3D ? 0 : KPI); ++h)
-                tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (kofs + ld_kt + h) * 32, row0 + 64 * wg, bar);
+                tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (kofs + wk0 + ld_kt + h) * 32, wrow0, bar);
         }
         ld_kt += KPI;
-        if (ld_kt == KTR) ld_kt = 0;
+        if (ld_kt == KTW) ld_kt = 0;
     };
     if (tid == 0) {
 #pragma unroll
@@ -1534,15 +1660,18 @@ __global__ void __launch_bounds__(256, 1)
     // The positive cosines: with one group, while group 0's copies are in flight (all warps); else at the start of
     // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
     // fill fewer warps), from rows prefetched into L2 now.  Either way they are off the prologue's wait for memory.
-    const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * (KTR - FG) / 32);
+    const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * W * (KTW - FG) / 32);
     if (NG > 1) positive_cosines<true>(P, cos_row0, cos_rows, split, warp, NT / 32, lane);
     b_split(0, 0u, NG == 1 ? 0 : -1);
     V3_STAMP(1, true);  // prologue done: B group 0 split and stored
 
-    float acc[NACC];
+    float acc[NACC], acc_x[F16 ? NACC : 1];  // F16: acc_x sums the hi.lo products (scaled by 2^11)
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < (F16 ? NACC : 1); ++i) acc_x[i] = 0.f;
     float run_m[2] = {-INFINITY, -INFINITY}, run_s[2] = {0.f, 0.f};
+    float tot[F16 ? NACC : 1];  // F16: an n-tile's dot products (K splits: handed over after the loop)
     const uint64_t descB = sw128_desc(b_res);
     const int rl = 16 * wq + g;  // the thread's A rows in the warpgroup's box: rl, rl + 8 (both with row & 7 == g)
     int rd_ki = 0, rd_tile = t_begin;
@@ -1567,27 +1696,49 @@ __global__ void __launch_bounds__(256, 1)
                         x[2 * h + v] = lds4(ra + (uint32_t)(rl * 128) + cof);
                         y[2 * h + v] = lds4(ra + (uint32_t)((rl + 8) * 128) + cof);
                     }
-                uint32_t ahi[4 * KH], alo[4 * KH];
-                split_a_fragments<KH>(x, y, ahi, alo);
+                uint32_t ahi[AREGS], alo[AREGS];
+                if constexpr (F16)
+                    split_a_fragments_f16<KS16>(x, y, ahi, alo);
+                else
+                    split_a_fragments<KH>(x, y, ahi, alo);
                 V3_PHASE(1);  // shared loads and splits
                 bar_sync_named(1 + wg, 128);  // the warpgroup's 128 threads have read stage s
                 V3_STAMP(2, it0 + s == 0);    // first stage read by warpgroup 0
                 V3_PHASE(2);  // warpgroup barrier
                 // the iteration's KPI resident k-tiles, hi and lo copies 2 * BUF apart per k-tile
-                issue_3xtf32_batch<BN, KH>(acc, ahi, alo, descB + (uint64_t)((rd_ki * KPI * 2 * BUF) >> 4),
-                                           (uint64_t)((2 * BUF) >> 4), (uint64_t)(BUF >> 4), rd_ki == 0);
+                const uint64_t dh0 = descB + (uint64_t)(((wk0 + rd_ki * KPI) * KT_BYTES) >> 4);
+                if constexpr (F16)
+                    issue_3xf16_batch<BN, KS16>(acc, acc_x, ahi, alo, dh0, (uint64_t)(KT_BYTES >> 4), rd_ki == 0);
+                else
+                    issue_3xtf32_batch<BN, KH>(acc, ahi, alo, dh0, (uint64_t)(KT_BYTES >> 4), (uint64_t)(BUF >> 4),
+                                               rd_ki == 0);
                 V3_PHASE(3);  // wgmma issue
                 if (it0 + s + PD < total) tma_issue(s);  // refill stage s for iteration it + PD, behind the batch
                 V3_PHASE(6);  // TMA refill (warpgroup thread 0)
                 wg_wait<1>();  // the previous batch is done (its A fragments are free)
 #pragma unroll
                 for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
+#pragma unroll
+                for (int i = 0; i < (F16 ? NACC : 1); ++i) reg_fence(acc_x[i]);
                 V3_PHASE(4);  // wait for the previous batch
                 if (++rd_ki == KI) {
                     wg_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NACC; ++i) reg_fence(acc[i]);
-                    if constexpr (KS == 1) fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
+                    if constexpr (!F16) {
+                        if constexpr (KS == 1) fold_tile<BN>(P, acc, run_m, run_s, rA, rd_tile * BN + 2 * c);
+                    } else {  // the dot products into tot (a new array: no instruction but a wgmma may define an
+                              // accumulator register, or ptxas serialises the wgmma); K splits fold after the loop
+#pragma unroll
+                        for (int i = 0; i < NACC; ++i) {
+                            reg_fence(acc_x[i]);
+                            tot[i] = fmaf(acc_x[i], 1.f / 2048.f, acc[i]);
+                        }
+                        if constexpr (KS == 1 && !KW) {
+                            fix_nonfinite<BN>(P, tot, rA, rd_tile * BN + 2 * c, D);
+                            fold_tile<BN>(P, tot, run_m, run_s, rA, rd_tile * BN + 2 * c);
+                        }
+                    }
                     rd_ki = 0;
                     if (++rd_tile < t_end) {  // the next n-tile (forced splits only): both warpgroups are done with B
                         __syncthreads();
@@ -1602,6 +1753,9 @@ __global__ void __launch_bounds__(256, 1)
     V3_PHASE(5);  // the rest (folds, loop)
     V3_PHASE_STORE();
     wg_wait<0>();
+    auto dot = [&](int i) -> float {  // K splits: this CTA's (warpgroup's) part of the n-tile's dot products
+        if constexpr (F16) return tot[i]; else return acc[i];
+    };
     if constexpr (KS > 1) {
         // The pair's sum of its n-tile (one per cluster), folded by rows: CTA r keeps warpgroup r's 64 rows.  Thread t
         // of the other warpgroup sends its whole accumulator to thread t of the peer (whose rank is that warpgroup),
@@ -1611,13 +1765,13 @@ __global__ void __launch_bounds__(256, 1)
         // columns of its rows.  (Measured against the same exchange in the A ring between two cluster barriers: 0.1-0.3
         // us faster at the seed shape.)
         V3_STAMP(7, true);  // K split: this CTA's loop done, before the exchange
-        const uint32_t xbuf = b_res + (uint32_t)(KTR * 2 * BUF) + (uint32_t)((tid & 127) * 16);
+        const uint32_t xbuf = b_res + (uint32_t)(KTR * KT_BYTES) + (uint32_t)((tid & 127) * 16);
         asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // the peer's s_xfull is initialised
         if (wg != rank) {
             const uint32_t dst = cluster_peer_addr(xbuf, (uint32_t)wg);
 #pragma unroll
             for (int v = 0; v < NACC / 4; ++v)
-                st_cluster_f4(dst + (uint32_t)(v * 128 * 16), acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);
+                st_cluster_f4(dst + (uint32_t)(v * 128 * 16), dot(4 * v), dot(4 * v + 1), dot(4 * v + 2), dot(4 * v + 3));
             asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
                          ::"r"(cluster_peer_addr(smem_u32(&s_xfull), (uint32_t)wg)) : "memory");
         } else {
@@ -1629,14 +1783,38 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
             for (int v = 0; v < NACC / 4; ++v) {
                 const float4 r = lds4(xbuf + (uint32_t)(v * 128 * 16));
-                sum[4 * v] = acc[4 * v] + r.x, sum[4 * v + 1] = acc[4 * v + 1] + r.y;
-                sum[4 * v + 2] = acc[4 * v + 2] + r.z, sum[4 * v + 3] = acc[4 * v + 3] + r.w;
+                sum[4 * v] = dot(4 * v) + r.x, sum[4 * v + 1] = dot(4 * v + 1) + r.y;
+                sum[4 * v + 2] = dot(4 * v + 2) + r.z, sum[4 * v + 3] = dot(4 * v + 3) + r.w;
             }
+            if constexpr (F16) fix_nonfinite<BN>(P, sum, rA, t_begin * BN + 2 * c, D);
+            fold_tile<BN>(P, sum, run_m, run_s, rA, t_begin * BN + 2 * c);
+        }
+    }
+    if constexpr (KW) {  // warpgroup 1's sums to warpgroup 0 (thread t to thread t, 16 bytes per store), which folds
+        const uint32_t xbuf = b_res + (uint32_t)(KTR * KT_BYTES) + (uint32_t)((tid & 127) * 16);
+        if (wg == 1) {
+#pragma unroll
+            for (int v = 0; v < NACC / 4; ++v) {
+                const uint32_t r[4] = {__float_as_uint(dot(4 * v)), __float_as_uint(dot(4 * v + 1)),
+                                       __float_as_uint(dot(4 * v + 2)), __float_as_uint(dot(4 * v + 3))};
+                sts4(xbuf + (uint32_t)(v * 128 * 16), r);
+            }
+        }
+        __syncthreads();
+        if (wg == 0) {
+            float sum[NACC];
+#pragma unroll
+            for (int v = 0; v < NACC / 4; ++v) {
+                const float4 r = lds4(xbuf + (uint32_t)(v * 128 * 16));
+                sum[4 * v] = dot(4 * v) + r.x, sum[4 * v + 1] = dot(4 * v + 1) + r.y;
+                sum[4 * v + 2] = dot(4 * v + 2) + r.z, sum[4 * v + 3] = dot(4 * v + 3) + r.w;
+            }
+            if constexpr (F16) fix_nonfinite<BN>(P, sum, rA, t_begin * BN + 2 * c, D);
             fold_tile<BN>(P, sum, run_m, run_s, rA, t_begin * BN + 2 * c);
         }
     }
     V3_STAMP(3, true);  // K loop and last fold done
-    finish_cta<NT>(P, run_m, run_s, rA, c == 0 && (KS == 1 || wg == rank), split, s_wsum, &s_flag);
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0 && (KS == 1 || wg == rank) && (!KW || wg == 0), split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1656,7 +1834,11 @@ struct WgVariant {
     bool a3d = false;  // WG_BRES: A stages by one 3-D copy (D % 32 == 0 only; the plan checks)
     int ks = 1;        // WG_BRES: CTAs per cluster splitting K (bn is the cluster's tile; one n-tile per cluster;
                        // bn x 256 bytes more shared memory for the exchange)
+    bool f16 = false;  // WG_BRES: 3xFP16 products (half the resident tile's bytes; inputs below 65504 in magnitude)
+    bool kw = false;   // WG_BRES: 64-row tiles, the two warpgroups splitting K (one n-tile per CTA; bn x 256 bytes more
+                       // shared memory for the hand-over)
 };
+inline int wg_bm(const WgVariant& v) { return v.kw ? 64 : 64 * v.wgs; }  // rows of a CTA's tile
 
 // The automatic plan uses the first five: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
 // L2 traffic per flop), and the B-resident 128 x 40 kernel wherever it fits (one n-tile per CTA in one wave, the
@@ -1672,6 +1854,10 @@ struct WgVariant {
 static const WgVariant kWgVariants[] = {
     {"tma_n40_s4", 2, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
+    {"f16_bres3d_ks2_n80_s4k1", 2, 80, 4, 4, true, WG_BRES, infonce_wgmma_bres_kernel<80, 4, 1, 2, true, 2, true>, 1.00,
+     true, true, 2, true},
+    {"f16_bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true, 1, true>, 1.00,
+     true, true, 1, true},
     {"bres3d_ks2_n80_s2k1", 2, 80, 2, 4, true, WG_BRES, infonce_wgmma_bres_kernel<80, 2, 1, 2, true, 2>, 1.00, true,
      true, 2},
     {"bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true>, 1.00, true, true},
@@ -1683,6 +1869,14 @@ static const WgVariant kWgVariants[] = {
     {"wg2_n40_pd3_k4", 2, 40, 3, 4, false, WG_PLAIN, infonce_wgmma_kernel<2, 40, 3, 4, false>, 0.85, false},
     {"wg2_n128_pd2_k2", 2, 128, 2, 2, false, WG_PLAIN, infonce_wgmma_kernel<2, 128, 2, 2, false>, 1.00, false},
     {"tma_n80_s4", 2, 80, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 80, 4, 4, true>, 0.95, false},
+    {"f16_bres3d_ks2_n80_s2k1", 2, 80, 2, 4, true, WG_BRES, infonce_wgmma_bres_kernel<80, 2, 1, 2, true, 2, true>, 1.00,
+     false, true, 2, true},
+    {"f16_bres3d_n40_s3k2", 2, 40, 3, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 3, 2, 2, true, 1, true>, 1.00,
+     false, true, 1, true},
+    {"f16_bres3d_kw_n80_s2k1", 2, 80, 2, 4, true, WG_BRES,
+     infonce_wgmma_bres_kernel<80, 2, 1, 2, true, 1, true, true>, 1.00, false, true, 1, true, true},
+    {"f16_bres3d_kw_n80_s2k1_fg4", 2, 80, 2, 4, true, WG_BRES,
+     infonce_wgmma_bres_kernel<80, 2, 1, 4, true, 1, true, true>, 1.00, false, true, 1, true, true},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
@@ -1691,8 +1885,10 @@ constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]
 // slack.  WG_BRES: two A rings of 64-row stages and the whole BN x D tile as hi/lo (so it depends on D).
 inline long long wg_smem_bytes(const WgVariant& v, int D) {
     if (v.kind == WG_BRES) {  // kh / 4 k-tiles per stage; the resident tile is a whole number of stages deep
-        const long long kpi = v.kh / 4, ktr = ((D + 32 * kpi - 1) / (32 * kpi) + v.ks - 1) / v.ks * kpi;
-        return 2LL * v.pd * kpi * 64 * 128 + ktr * 2 * v.bn * 128 + (v.ks > 1 ? v.bn * 256LL : 0) + 1024;
+        const long long kpi = v.kh / 4, w = v.kw ? 2 : 1;
+        const long long ktr = ((D + 32 * kpi - 1) / (32 * kpi) + v.ks * w - 1) / (v.ks * w) * kpi * w;
+        return 2LL * v.pd * kpi * 64 * 128 + ktr * (v.f16 ? 1 : 2) * v.bn * 128 +
+               (v.ks > 1 || v.kw ? v.bn * 256LL : 0) + 1024;
     }
     return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
 }
@@ -1778,7 +1974,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         for (int vi = 0; vi < kNumWgVariants; ++vi) {
             const WgVariant& v = kWgVariants[vi];
             if (variant >= 0 ? vi != variant : !v.automatic) continue;
-            const int BM = 64 * v.wgs, per_sm = v.wgs == 1 ? 2 : 1;
+            const int BM = wg_bm(v), per_sm = v.wgs == 1 ? 2 : 1;
             const long long mt = (B + BM - 1) / BM, nt = (N + v.bn - 1) / v.bn;
             if (wg_smem_bytes(v, D) > kMaxDynSmem) continue;
             // B resident: made for small problems, one n-tile per CTA in one wave (each further tile of a CTA is
@@ -1786,11 +1982,11 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
             // CTAs, always (forced split counts do not apply), one partial per cluster.
             if (v.kind == WG_BRES && variant < 0 && mt * nt * v.ks > sms) continue;
             // a K split pays for its exchange only with a few k-tiles per CTA (the automatic plan asks for 2 or more)
-            if (v.ks > 1 && variant < 0 && (D + 31) / 32 < 2 * v.ks) continue;
+            if ((v.ks > 1 || v.kw) && variant < 0 && (D + 31) / 32 < 2 * v.ks * (v.kw ? 2 : 1)) continue;
             if (v.a3d && D % 32 != 0) continue;
             const long long s_max = std::min<long long>(nt, 1024);
             for (long long s = 1; s <= s_max; ++s) {  // s: CTAs (clusters) per m-tile
-                if (v.ks > 1 ? s != nt : splits > 0 && s != std::min<long long>(splits, s_max)) continue;
+                if (v.ks > 1 || v.kw ? s != nt : splits > 0 && s != std::min<long long>(splits, s_max)) continue;
                 if (v.kind == WG_BRES && variant < 0 && s != nt) continue;
                 if (mt * s * v.ks > 0x7fffffffLL) break;
                 const long long waves = (mt * s * v.ks + (long long)sms * per_sm - 1) / ((long long)sms * per_sm);
@@ -1805,7 +2001,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         }
         const WgVariant& v = kWgVariants[pl.variant];
         pl.path = 0;
-        pl.m_tiles = (B + 64 * v.wgs - 1) / (64 * v.wgs);
+        pl.m_tiles = (B + wg_bm(v) - 1) / wg_bm(v);
         pl.n_tiles = (N + v.bn - 1) / v.bn;
         pl.threads = 128 * v.wgs + (v.kind == WG_PROD ? 128 : 0);
         pl.smem = (int)wg_smem_bytes(v, D);
