@@ -1,9 +1,9 @@
-"""InfoNCE loss, v3: Hopper wgmma (sm_90a) 3xTF32 GEMM fused with an online log-sum-exp, one launch.
+"""InfoNCE loss, v3: Hopper wgmma (sm_90a) 3xTF32 / 3xFP16 GEMM fused with an online log-sum-exp, one launch.
 
 loss = mean_b softplus(lse_j(<q_b, n_j>/T) - pos_b),  pos_b = cos(q_b, p_b)/T   (as fast.py)
 
 Design (details and the error argument: docs/perf-notes/infonce.md, sections "Eighth session: fast_v3 (wgmma)",
-"Ninth session" and "Twelfth session"):
+"Ninth session", "Twelfth session" and, for 3xFP16, "Twenty-first session"):
   * CTA = 2 warpgroups = 128 query rows x a contiguous range of BN-wide negative tiles (split-N).  Per
     iteration (a k-tile of 32 floats) thread 0's two tensor-map copies (TMA) bring the raw query and negatives
     tiles into a ring of stages in shared memory, PD k-tiles ahead; every thread reads its pieces back, splits
@@ -18,12 +18,21 @@ Design (details and the error argument: docs/perf-notes/infonce.md, sections "Ei
     Each k8-step issues three wgmma.m64nBNk8.f32.tf32 (a_lo.b_hi, a_hi.b_lo, a_hi.b_hi, fast.py's order);
     one batch always waits behind the running one (wait_group 1).  A K permutation (identical for both
     operands) lets every thread use 16-byte loads and conflict-free 4-byte smem stores.
+  * 3xFP16 (the B-resident kernel's F16 form, automatic wherever the B-resident kernel runs): fp16 keeps tf32's 11
+    significant bits at twice the tensor rate, so each k16-step issues three wgmma.m64nBNk16.f32.f16 on
+    hi = rn_f16(x), lo = rn_f16((x - hi) * 2^11): a_lo.b_hi and a_hi.b_lo into a second accumulator, a_hi.b_hi
+    into the first, summed as acc + 2^-11 acc_x at the end of the tile.  Per entry |x - hi - 2^-11 lo| <= 2^-22 |x|
+    + 2^-36 for every |x| < 65520 (the 2^11 keeps lo out of fp16's subnormals), so the products are as exact as
+    3xTF32's.  Entries beyond fp16's range (or inf, NaN) make the dot products of their row non-finite; those are
+    recomputed in fp32 from global memory (slow, never wrong).  The resident k-tile is half the bytes (hi and lo
+    in one 128-byte row per negative), so the tile fits for twice the D.
   * After each n-tile the accumulators are folded into a running per-row (max, sum of exp2): logits never
     touch memory.  Each CTA writes one (max, sum) per row; the last CTA of the grid (acq_rel ticket) merges them
     in split order with the positive cosines (computed by the block's CTAs during the pipeline fill) into
     softplus terms and adds them in a fixed order.  Deterministic, no spin waits; the counter resets itself.
   * Tiles: 128 x 40, B-resident where it fits (seed 256 x 2560: 2 x 64 = 128 CTAs of one tile each), else
-    128 x 40 or 128 x 128 (big problems); the host picks tile and split count with fast.py's wave model.  Inputs that cannot use 16-byte loads
+    128 x 40 or 128 x 128 (big problems); the host picks tile and split count with fast.py's wave model.  Seed
+    shape: the 3xFP16 K-split pairs of 128 x 80 tiles.  Inputs that cannot use 16-byte loads
     (D % 4 != 0 or a misaligned base) run fast.py's mma.sync kernels (copied below as `legacy`).
   * The device code (`_kernel_src`) has no torch headers: benchmarks/standalone/infonce_bench.cu compiles the
     same string and calls the same plan()/launch().
@@ -31,7 +40,8 @@ The workspace and its counters are persistent per device: do not run this op con
 one device (as fast.py). Built for sm_90a only (wgmma): it runs on H100/H200-class GPUs and nowhere else.
 Measured on the H200 (2026-12-02, standalone bench, twelfth session): 4.86-4.88 ms at 4096x1024 N=65536 (fast.py
 8.72-8.78 ms in the same calls), 19.1-19.3 us at the seed shape (fast.py 27.8-28.2 us); every bench check passes.
-make eval run 825de696: 0.0200 ms at the seed shape, 4.928 ms at the big shape.
+make eval run 825de696: 0.0200 ms at the seed shape, 4.928 ms at the big shape.  3xFP16 (2026-12-03, bench): 16.1-16.3
+us at the seed shape against 18.1-18.3 for the 3xTF32 pairs in the same calls.
 """
 import torch
 import torch.nn as nn
