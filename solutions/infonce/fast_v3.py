@@ -41,7 +41,8 @@ one device (as fast.py). Built for sm_90a only (wgmma): it runs on H100/H200-cla
 Measured on the H200 (2026-12-02, standalone bench, twelfth session): 4.86-4.88 ms at 4096x1024 N=65536 (fast.py
 8.72-8.78 ms in the same calls), 19.1-19.3 us at the seed shape (fast.py 27.8-28.2 us); every bench check passes.
 make eval run 825de696: 0.0200 ms at the seed shape, 4.928 ms at the big shape.  3xFP16 (2026-12-03, bench): 16.1-16.3
-us at the seed shape against 18.1-18.3 for the 3xTF32 pairs in the same calls.
+us at the seed shape against 18.1-18.3 for the 3xTF32 pairs in the same calls; with the pair's sums sent by st.async,
+15.9-16.0.  make eval run e8edc9a3 (3xFP16, before st.async): 0.01742 ms at the seed shape, 4.884 ms at the big shape.
 """
 import torch
 import torch.nn as nn
@@ -632,9 +633,11 @@ __device__ __forceinline__ uint32_t cluster_peer_addr(uint32_t addr, uint32_t ra
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
     return r;
 }
-__device__ __forceinline__ void st_cluster_f4(uint32_t addr, float a, float b, float c, float d) {
-    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
-                 : "memory");
+// A 16-byte store into a peer CTA's shared memory that counts its bytes on the peer's mbarrier `bar` (complete_tx):
+// the peer's wait on that barrier sees the data, and the sender waits for nothing.
+__device__ __forceinline__ void st_async_f4(uint32_t addr, float a, float b, float c, float d, uint32_t bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+                 ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d), "r"(bar) : "memory");
 }
 
 // Diagnostics, compiled only into the standalone bench's probe builds (build.sh): INFONCE_V3_STAMPS records
@@ -1524,7 +1527,7 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ int s_flag;
     __shared__ alignas(8) unsigned long long s_full[2 * PD];  // warpgroup w's stage s: s_full[w * PD + s]
     __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
-    __shared__ alignas(8) unsigned long long s_xfull;     // KS = 2: the peer's 128 senders have stored their sums
+    __shared__ alignas(8) unsigned long long s_xfull;     // KS = 2: the peer's sums have landed (their bytes counted)
 
     V3_STAMP(0, true);  // entry
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
@@ -1656,8 +1659,9 @@ __global__ void __launch_bounds__(256, 1)
         for (int s = 0; s < 2 * PD; ++s) mbar_init(smem_u32(&s_full[0]) + 8u * (uint32_t)s, 1u);
 #pragma unroll 1
         for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
-        if (KS > 1) mbar_init(smem_u32(&s_xfull), 128u);
+        if (KS > 1) mbar_init(smem_u32(&s_xfull), 1u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        if (KS > 1) mbar_arrive_expect_tx(smem_u32(&s_xfull), (uint32_t)(128 * NACC * 4));  // the peer's st.async
     }
     __syncthreads();
     // KS = 2: the peer may arrive on s_xfull only once it is initialised; this arrive is waited for after the K loop.
@@ -1769,21 +1773,22 @@ __global__ void __launch_bounds__(256, 1)
     if constexpr (KS > 1) {
         // The pair's sum of its n-tile (one per cluster), folded by rows: CTA r keeps warpgroup r's 64 rows.  Thread t
         // of the other warpgroup sends its whole accumulator to thread t of the peer (whose rank is that warpgroup),
-        // 16 bytes per store, into the peer's exchange buffer (after its B tile), then arrives on the peer's s_xfull
-        // (release at cluster scope: its stores are seen by the peer's acquire).  The keeper waits there, adds the
-        // peer's sums to its own (h_r + h_{1-r}, the same sum of the same two numbers in either CTA) and folds all BN
-        // columns of its rows.  (Measured against the same exchange in the A ring between two cluster barriers: 0.1-0.3
-        // us faster at the seed shape.)
+        // 16 bytes per st.async, into the peer's exchange buffer (after its B tile); each store counts its bytes on the
+        // peer's s_xfull, whose thread 0 expected all 128 x NACC x 4 of them at the start.  The keeper waits there
+        // (acquire at cluster scope), adds the peer's sums to its own (h_r + h_{1-r}, the same sum of the same two
+        // numbers in either CTA) and folds all BN columns of its rows.  (Measured: 0.1-0.3 us faster at the seed shape
+        // than the same exchange in the A ring between two cluster barriers; st.async 0.2-0.3 us faster again than
+        // plain remote stores and one release arrive per sender.)
         V3_STAMP(7, true);  // K split: this CTA's loop done, before the exchange
         const uint32_t xbuf = b_res + (uint32_t)(KTR * KT_BYTES) + (uint32_t)((tid & 127) * 16);
         asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // the peer's s_xfull is initialised
         if (wg != rank) {
             const uint32_t dst = cluster_peer_addr(xbuf, (uint32_t)wg);
+            const uint32_t pbar = cluster_peer_addr(smem_u32(&s_xfull), (uint32_t)wg);
 #pragma unroll
             for (int v = 0; v < NACC / 4; ++v)
-                st_cluster_f4(dst + (uint32_t)(v * 128 * 16), dot(4 * v), dot(4 * v + 1), dot(4 * v + 2), dot(4 * v + 3));
-            asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
-                         ::"r"(cluster_peer_addr(smem_u32(&s_xfull), (uint32_t)wg)) : "memory");
+                st_async_f4(dst + (uint32_t)(v * 128 * 16), dot(4 * v), dot(4 * v + 1), dot(4 * v + 2), dot(4 * v + 3),
+                            pbar);
         } else {
             while (!mbar_try_cluster(smem_u32(&s_xfull), 0u)) {
             }
