@@ -355,7 +355,7 @@ static int group_gemm(int vi) {
     const infonce_v3::WgVariant& v = infonce_v3::kWgVariants[vi];
     printf("GEMM layout check, variant %d = %s (warpgroups %d, N %d, prefetch %d, k8-steps/iteration %d)\n", vi,
            v.name, v.wgs, v.bn, v.pd, v.kh);
-    const int BM = infonce_v3::wg_bm(v);
+    const int BM = 64 * v.wgs;
     // ragged rows, ragged k-tile (72 = 2x32 + 8; the 3-D copies need whole k-tiles: 96, and with a K split an odd
     // count of them), ragged cols
     const int B = 2 * BM + 3, D = v.a3d ? 96 : 72, N = 3 * v.bn + 5;

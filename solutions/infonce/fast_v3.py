@@ -555,7 +555,7 @@ __device__ __forceinline__ void split_tf32_rn(uint32_t xbits, uint32_t& hi, uint
 // are split_tf32_rn's: |x - hi| <= 2^-11 |x|, |x - hi - 2^-11 lo| <= 2^-22 |x| (x - hi is exact in fp32; scaling the
 // remainder by 2^11 keeps lo out of fp16's subnormals, and the products hi.lo are summed in an accumulator of their
 // own, scaled back by 2^-11 at the end).  |x| >= 65520 (or inf, NaN) makes hi infinite and the products non-finite:
-// the caller must not take this path for such inputs.
+// fix_nonfinite recomputes those dot products in fp32.
 __device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
     uint32_t h, l;
     float h0, h1;
@@ -1503,14 +1503,11 @@ __global__ void __launch_bounds__(384, 1)
 // a remote mbarrier arrive).  The plan gives every cluster exactly one n-tile.  Measured (nineteenth session, bench,
 // seed shape): 18.0-18.3 us against 18.4-18.5 for bres3d_n40_s2k2 in the same calls; by stamps the pair's loops end
 // about 2 us earlier, and the wait for the slower CTA of the pair, the exchange and the 80-column fold take most of it.
-template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool F16 = false, bool KW = false>
+template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool F16 = false>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                               const WgParams P) {
-    // KW: both warpgroups take the same 64 rows, warpgroup w the w-th half of the k-tiles (a K split inside the CTA;
-    // warpgroup 1 hands its sums to warpgroup 0 through shared memory after the loop).
-    constexpr int NT = 256, BM = KW ? 64 : 128, NACC = BN / 2, W = KW ? 2 : 1;
-    static_assert(!KW || KS == 1, "one K split at a time");
+    constexpr int NT = 256, BM = 128, NACC = BN / 2;
     constexpr int BUF = BN * 128;     // bytes of one tf32 copy (hi or lo) of a BN x 32 k-tile (a multiple of 1024)
     // A resident k-tile: tf32 hi and lo copies (the raw copy lands in the lo slot), or F16 (3xFP16): one BN x 128-byte
     // slot holding both, where the raw copy lands (issue_3xf16_batch has the layout).
@@ -1541,30 +1538,27 @@ __global__ void __launch_bounds__(256, 1)
     // The positive cosines of the rows this CTA keeps (with a K split: warpgroup `rank`'s), shared out over the S CTAs
     // that keep them, so that whoever merges a row has waited for the CTA that wrote its cosine.
     const int cos_row0 = mt * BM + (KS == 1 ? 0 : 64 * rank), cos_rows = BM / KS;
-    const int wrow0 = mt * BM + (KW ? 0 : 64 * wg);  // the first of the warpgroup's 64 rows
+    const int wrow0 = mt * BM + 64 * wg;  // the first of the warpgroup's 64 rows
     const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // 32-bit, warp-uniform (see infonce_wgmma_kernel)
     const int t_begin = split * t_q + min(split, t_r);
     const int t_end = t_begin + t_q + (split < t_r ? 1 : 0);
-    const int KI = ((D + 32 * KPI - 1) / (32 * KPI) + KS * W - 1) / (KS * W);  // iterations per n-tile (of the
-                                                                              // warpgroup's K range)
-    const int KTW = KI * KPI;                         // k-tiles of a warpgroup's K range
-    const int KTR = W * KTW;                          // k-tiles of the resident B tile (past D: zeros)
+    const int KI = ((D + 32 * KPI - 1) / (32 * KPI) + KS - 1) / KS;  // iterations per n-tile (of this CTA's K range)
+    const int KTR = KI * KPI;                         // k-tiles of the resident B tile (past D: zeros)
     const int kofs = rank * KTR;                      // the first k-tile of this CTA's K range
-    const int wk0 = KW ? wg * KTW : 0;                // the warpgroup's first k-tile in the resident tile
     const int total = (t_end - t_begin) * KI;         // iterations of each warpgroup
     const int rA = wrow0 + 16 * wq + g;
 
     // Shared memory: the A rings (warpgroup w's stage s at sbase + (w * PD + s) * RAW_A, k-tile h of the stage
-    // RAW_K further per h), then the resident B tile (k-tile kt's hi copy at b_res + kt * 2 * BUF, its lo copy BUF
-    // after it).
+    // RAW_K further per h), then the resident B tile (k-tile kt at b_res + kt * KT_BYTES: tf32 its hi copy, its lo
+    // copy BUF after it; F16 one slot of both).
     const uint32_t a_ring = sbase + (uint32_t)(wg * PD * RAW_A);
     const uint32_t b_res = sbase + (uint32_t)(2 * PD * RAW_A);
     const uint32_t full0 = smem_u32(&s_full[wg * PD]);
 
-    // The BN x D negatives tile `tile` into b_res as tf32 hi/lo, in two steps.  (1) Thread 0 copies k-tile kt's raw
+    // The BN x D negatives tile `tile` into b_res as hi/lo, in two steps.  (1) Thread 0 copies k-tile kt's raw
     // BN x 32 box (tensor map, 128-byte swizzle: float 4j + e of row n in 16-byte chunk j at position j ^ (n & 7);
-    // zeros past N and past D) into kt's lo slot, one mbarrier per group: k-tiles [0, FG) and [FG, KTW) of each
-    // warpgroup's range (KW: two ranges of KTW k-tiles, else one).  (2) Each
+    // zeros past N and past D) into kt's slot (tf32: its lo slot), one mbarrier per group: k-tiles [0, FG) and
+    // [FG, KTR).  (2) Each
     // thread takes items q = (k-tile, row q % BN) of a group: reads the row's 8 raw chunks, then writes its hi and lo
     // chunks in place.
     // Chunk i of the hi/lo layout holds physical floats i, 8 + i, 16 + i, 24 + i (the K permutation of the kernels
@@ -1576,24 +1570,21 @@ __global__ void __launch_bounds__(256, 1)
     // bytes, a warp touching 32 rows per load, prologue 6-8 us at the seed shape; then the whole tile split in the
     // prologue, 4.9 us, most of it waiting for 80 KB per SM from memory; then groups of 4 k-tiles, 0.7 us per
     // group split in the loop.)
-    const int NG = KTW > FG ? 2 : 1;
+    const int NG = KTR > FG ? 2 : 1;
     auto bbar = [&](int grp) { return smem_u32(&s_bfull[grp]); };
     auto b_copy = [&](int tile, int grp) {  // the copies of one group (thread 0)
         if (tid == 0 && grp < NG) {
-            const int k0 = grp == 0 ? 0 : FG, k1 = grp == 0 ? min(FG, KTW) : KTW;
-            mbar_arrive_expect_tx(bbar(grp), (uint32_t)(W * (k1 - k0) * BUF));
+            const int k0 = grp == 0 ? 0 : FG, k1 = grp == 0 ? min(FG, KTR) : KTR;
+            mbar_arrive_expect_tx(bbar(grp), (uint32_t)((k1 - k0) * BUF));
 #pragma unroll 1
-            for (int r = 0; r < W; ++r)
-#pragma unroll 1
-                for (int kt = r * KTW + k0; kt < r * KTW + k1; ++kt)
-                    tma_load_2d(b_res + (uint32_t)(kt * KT_BYTES + RAW_OFF), &tmB, (kofs + kt) * 32, tile * BN,
-                                bbar(grp));
+            for (int kt = k0; kt < k1; ++kt)
+                tma_load_2d(b_res + (uint32_t)(kt * KT_BYTES + RAW_OFF), &tmB, (kofs + kt) * 32, tile * BN, bbar(grp));
         }
     };
     // Split group grp (parity: the tile's use of the group's barrier).  With cos_warp0 >= 0 the warps from cos_warp0
     // on first compute the positive cosines (they have few or no items in this group).
     auto b_split = [&](int grp, uint32_t parity, int cos_warp0) {
-        const int k0 = grp == 0 ? 0 : FG, kn = (grp == 0 ? min(FG, KTW) : KTW) - k0, items = BN * W * kn;
+        const int k0 = grp == 0 ? 0 : FG, items = BN * ((grp == 0 ? min(FG, KTR) : KTR) - k0);
         if (cos_warp0 >= 0 && warp >= cos_warp0)
             positive_cosines(P, cos_row0, cos_rows, split, warp - cos_warp0, NT / 32 - cos_warp0, lane);
         while (!mbar_try(bbar(grp), parity)) {  // unbounded, as the A stages
@@ -1601,7 +1592,7 @@ __global__ void __launch_bounds__(256, 1)
         // One item per thread at a time (two or three in flight made ptxas spill: 1-2 us slower at the seed shape).
 #pragma unroll 1
         for (int q = tid; q < items; q += NT) {
-            const int j = q / BN, n = q % BN, kt = (W == 1 ? 0 : j / kn * KTW) + k0 + (W == 1 ? j : j % kn);
+            const int kt = k0 + q / BN, n = q % BN;
             const uint32_t row = b_res + (uint32_t)(kt * KT_BYTES + n * 128);
             float4 f[8];
 #pragma unroll
@@ -1646,13 +1637,13 @@ __global__ void __launch_bounds__(256, 1)
         if ((tid & 127) == 0) {
             const uint32_t bar = full0 + 8u * (uint32_t)stage, dst = a_ring + (uint32_t)(stage * RAW_A);
             mbar_arrive_expect_tx(bar, (uint32_t)RAW_A);
-            if (A3D) tma_load_3d(dst, &tmA, 0, wrow0, kofs + wk0 + ld_kt, bar);
+            if (A3D) tma_load_3d(dst, &tmA, 0, wrow0, kofs + ld_kt, bar);
 #pragma unroll
             for (int h = 0; h < (A3D ? 0 : KPI); ++h)
-                tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (kofs + wk0 + ld_kt + h) * 32, wrow0, bar);
+                tma_load_2d(dst + (uint32_t)(h * RAW_K), &tmA, (kofs + ld_kt + h) * 32, wrow0, bar);
         }
         ld_kt += KPI;
-        if (ld_kt == KTW) ld_kt = 0;
+        if (ld_kt == KTR) ld_kt = 0;
     };
     if (tid == 0) {
 #pragma unroll
@@ -1674,7 +1665,7 @@ __global__ void __launch_bounds__(256, 1)
     // The positive cosines: with one group, while group 0's copies are in flight (all warps); else at the start of
     // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
     // fill fewer warps), from rows prefetched into L2 now.  Either way they are off the prologue's wait for memory.
-    const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * W * (KTW - FG) / 32);
+    const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * (KTR - FG) / 32);
     if (NG > 1) positive_cosines<true>(P, cos_row0, cos_rows, split, warp, NT / 32, lane);
     b_split(0, 0u, NG == 1 ? 0 : -1);
     V3_STAMP(1, true);  // prologue done: B group 0 split and stored
@@ -1719,8 +1710,8 @@ __global__ void __launch_bounds__(256, 1)
                 bar_sync_named(1 + wg, 128);  // the warpgroup's 128 threads have read stage s
                 V3_STAMP(2, it0 + s == 0);    // first stage read by warpgroup 0
                 V3_PHASE(2);  // warpgroup barrier
-                // the iteration's KPI resident k-tiles, hi and lo copies 2 * BUF apart per k-tile
-                const uint64_t dh0 = descB + (uint64_t)(((wk0 + rd_ki * KPI) * KT_BYTES) >> 4);
+                // the iteration's KPI resident k-tiles, KT_BYTES apart
+                const uint64_t dh0 = descB + (uint64_t)((rd_ki * KPI * KT_BYTES) >> 4);
                 if constexpr (F16)
                     issue_3xf16_batch<BN, KS16>(acc, acc_x, ahi, alo, dh0, (uint64_t)(KT_BYTES >> 4), rd_ki == 0);
                 else
@@ -1748,7 +1739,7 @@ __global__ void __launch_bounds__(256, 1)
                             reg_fence(acc_x[i]);
                             tot[i] = fmaf(acc_x[i], 1.f / 2048.f, acc[i]);
                         }
-                        if constexpr (KS == 1 && !KW) {
+                        if constexpr (KS == 1) {
                             fix_nonfinite<BN>(P, tot, rA, rd_tile * BN + 2 * c, D);
                             fold_tile<BN>(P, tot, run_m, run_s, rA, rd_tile * BN + 2 * c);
                         }
@@ -1767,7 +1758,7 @@ __global__ void __launch_bounds__(256, 1)
     V3_PHASE(5);  // the rest (folds, loop)
     V3_PHASE_STORE();
     wg_wait<0>();
-    auto dot = [&](int i) -> float {  // K splits: this CTA's (warpgroup's) part of the n-tile's dot products
+    auto dot = [&](int i) -> float {  // K split: this CTA's part of the n-tile's dot products
         if constexpr (F16) return tot[i]; else return acc[i];
     };
     if constexpr (KS > 1) {
@@ -1805,31 +1796,8 @@ __global__ void __launch_bounds__(256, 1)
             fold_tile<BN>(P, sum, run_m, run_s, rA, t_begin * BN + 2 * c);
         }
     }
-    if constexpr (KW) {  // warpgroup 1's sums to warpgroup 0 (thread t to thread t, 16 bytes per store), which folds
-        const uint32_t xbuf = b_res + (uint32_t)(KTR * KT_BYTES) + (uint32_t)((tid & 127) * 16);
-        if (wg == 1) {
-#pragma unroll
-            for (int v = 0; v < NACC / 4; ++v) {
-                const uint32_t r[4] = {__float_as_uint(dot(4 * v)), __float_as_uint(dot(4 * v + 1)),
-                                       __float_as_uint(dot(4 * v + 2)), __float_as_uint(dot(4 * v + 3))};
-                sts4(xbuf + (uint32_t)(v * 128 * 16), r);
-            }
-        }
-        __syncthreads();
-        if (wg == 0) {
-            float sum[NACC];
-#pragma unroll
-            for (int v = 0; v < NACC / 4; ++v) {
-                const float4 r = lds4(xbuf + (uint32_t)(v * 128 * 16));
-                sum[4 * v] = dot(4 * v) + r.x, sum[4 * v + 1] = dot(4 * v + 1) + r.y;
-                sum[4 * v + 2] = dot(4 * v + 2) + r.z, sum[4 * v + 3] = dot(4 * v + 3) + r.w;
-            }
-            if constexpr (F16) fix_nonfinite<BN>(P, sum, rA, t_begin * BN + 2 * c, D);
-            fold_tile<BN>(P, sum, run_m, run_s, rA, t_begin * BN + 2 * c);
-        }
-    }
     V3_STAMP(3, true);  // K loop and last fold done
-    finish_cta<NT>(P, run_m, run_s, rA, c == 0 && (KS == 1 || wg == rank) && (!KW || wg == 0), split, s_wsum, &s_flag);
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0 && (KS == 1 || wg == rank), split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1850,10 +1818,7 @@ struct WgVariant {
     int ks = 1;        // WG_BRES: CTAs per cluster splitting K (bn is the cluster's tile; one n-tile per cluster;
                        // bn x 256 bytes more shared memory for the exchange)
     bool f16 = false;  // WG_BRES: 3xFP16 products (half the resident tile's bytes; inputs below 65504 in magnitude)
-    bool kw = false;   // WG_BRES: 64-row tiles, the two warpgroups splitting K (one n-tile per CTA; bn x 256 bytes more
-                       // shared memory for the hand-over)
 };
-inline int wg_bm(const WgVariant& v) { return v.kw ? 64 : 64 * v.wgs; }  // rows of a CTA's tile
 
 // The automatic plan uses the first five: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
 // L2 traffic per flop), and the B-resident 128 x 40 kernel wherever it fits (one n-tile per CTA in one wave, the
@@ -1888,10 +1853,6 @@ static const WgVariant kWgVariants[] = {
      false, true, 2, true},
     {"f16_bres3d_n40_s3k2", 2, 40, 3, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 3, 2, 2, true, 1, true>, 1.00,
      false, true, 1, true},
-    {"f16_bres3d_kw_n80_s2k1", 2, 80, 2, 4, true, WG_BRES,
-     infonce_wgmma_bres_kernel<80, 2, 1, 2, true, 1, true, true>, 1.00, false, true, 1, true, true},
-    {"f16_bres3d_kw_n80_s2k1_fg4", 2, 80, 2, 4, true, WG_BRES,
-     infonce_wgmma_bres_kernel<80, 2, 1, 4, true, 1, true, true>, 1.00, false, true, 1, true, true},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
@@ -1900,10 +1861,8 @@ constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]
 // slack.  WG_BRES: two A rings of 64-row stages and the whole BN x D tile as hi/lo (so it depends on D).
 inline long long wg_smem_bytes(const WgVariant& v, int D) {
     if (v.kind == WG_BRES) {  // kh / 4 k-tiles per stage; the resident tile is a whole number of stages deep
-        const long long kpi = v.kh / 4, w = v.kw ? 2 : 1;
-        const long long ktr = ((D + 32 * kpi - 1) / (32 * kpi) + v.ks * w - 1) / (v.ks * w) * kpi * w;
-        return 2LL * v.pd * kpi * 64 * 128 + ktr * (v.f16 ? 1 : 2) * v.bn * 128 +
-               (v.ks > 1 || v.kw ? v.bn * 256LL : 0) + 1024;
+        const long long kpi = v.kh / 4, ktr = ((D + 32 * kpi - 1) / (32 * kpi) + v.ks - 1) / v.ks * kpi;
+        return 2LL * v.pd * kpi * 64 * 128 + ktr * (v.f16 ? 1 : 2) * v.bn * 128 + (v.ks > 1 ? v.bn * 256LL : 0) + 1024;
     }
     return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
 }
@@ -1989,7 +1948,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         for (int vi = 0; vi < kNumWgVariants; ++vi) {
             const WgVariant& v = kWgVariants[vi];
             if (variant >= 0 ? vi != variant : !v.automatic) continue;
-            const int BM = wg_bm(v), per_sm = v.wgs == 1 ? 2 : 1;
+            const int BM = 64 * v.wgs, per_sm = v.wgs == 1 ? 2 : 1;
             const long long mt = (B + BM - 1) / BM, nt = (N + v.bn - 1) / v.bn;
             if (wg_smem_bytes(v, D) > kMaxDynSmem) continue;
             // B resident: made for small problems, one n-tile per CTA in one wave (each further tile of a CTA is
@@ -1997,11 +1956,11 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
             // CTAs, always (forced split counts do not apply), one partial per cluster.
             if (v.kind == WG_BRES && variant < 0 && mt * nt * v.ks > sms) continue;
             // a K split pays for its exchange only with a few k-tiles per CTA (the automatic plan asks for 2 or more)
-            if ((v.ks > 1 || v.kw) && variant < 0 && (D + 31) / 32 < 2 * v.ks * (v.kw ? 2 : 1)) continue;
+            if (v.ks > 1 && variant < 0 && (D + 31) / 32 < 2 * v.ks) continue;
             if (v.a3d && D % 32 != 0) continue;
             const long long s_max = std::min<long long>(nt, 1024);
             for (long long s = 1; s <= s_max; ++s) {  // s: CTAs (clusters) per m-tile
-                if (v.ks > 1 || v.kw ? s != nt : splits > 0 && s != std::min<long long>(splits, s_max)) continue;
+                if (v.ks > 1 ? s != nt : splits > 0 && s != std::min<long long>(splits, s_max)) continue;
                 if (v.kind == WG_BRES && variant < 0 && s != nt) continue;
                 if (mt * s * v.ks > 0x7fffffffLL) break;
                 const long long waves = (mt * s * v.ks + (long long)sms * per_sm - 1) / ((long long)sms * per_sm);
@@ -2016,7 +1975,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         }
         const WgVariant& v = kWgVariants[pl.variant];
         pl.path = 0;
-        pl.m_tiles = (B + wg_bm(v) - 1) / wg_bm(v);
+        pl.m_tiles = (B + 64 * v.wgs - 1) / (64 * v.wgs);
         pl.n_tiles = (N + v.bn - 1) / v.bn;
         pl.threads = 128 * v.wgs + (v.kind == WG_PROD ? 128 : 0);
         pl.smem = (int)wg_smem_bytes(v, D);
