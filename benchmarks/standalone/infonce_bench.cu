@@ -729,7 +729,9 @@ static int group_probe() {
                 if (strcmp(infonce_v3::kWgVariants[vi].name, want) == 0) pv = vi;
         const Plan pl = v3_plan(P, pv < 0 ? infonce_v3::MODE_AUTO : infonce_v3::MODE_WGMMA, pv, 0);
         const char* names[infonce_v3::kStampSlots] = {"entry", "prologue done", "1st k-tile stored", "K loop done",
-                                                       "ticket", "merged (last CTA)", "output (last CTA)", "K split: loop end"};
+                                                       "ticket", "merged (last CTA)", "output (last CTA)",
+                                                       "K split: wg0 loop end", "K split: wg1 loop end",
+                                                       "K split: keeper got sums", "K split: keeper folded", "-"};
         printf("stamps, v3 auto %s, grid %d: us after the stamp kernel; per slot: CTAs, min / p10 / p50 / p90 / max\n",
                plan_str(pl).c_str(), pl.grid);
         static unsigned long long h[infonce_v3::kStampCtas][infonce_v3::kStampSlots];
@@ -758,6 +760,22 @@ static int group_probe() {
                 }
                 printf("\n");
             }
+            {  // the B-resident kernel: thread 0's iteration ends (medians over CTAs)
+                static unsigned long long hi[infonce_v3::kStampCtas][infonce_v3::kStampIters];
+                CK(cudaMemcpyFromSymbol(hi, infonce_v3::g_v3_iter, sizeof hi));
+                printf("   iteration ends (p50 / max over CTAs):");
+                for (int it = 0; it < infonce_v3::kStampIters; ++it) {
+                    std::vector<double> v;
+                    for (int b = 0; b < std::min(pl.grid, infonce_v3::kStampCtas); ++b)
+                        if (hi[b][it] > r0) v.push_back(((double)hi[b][it] - (double)r0) / 1000.0);
+                    if (v.empty()) break;
+                    std::sort(v.begin(), v.end());
+                    printf(" %d: %.2f/%.2f", it, v[v.size() / 2], v.back());
+                }
+                printf("\n");
+                memset(hi, 0, sizeof hi);
+                CK(cudaMemcpyToSymbol(infonce_v3::g_v3_iter, hi, sizeof hi));
+            }
             for (int sl = 0; sl < infonce_v3::kStampSlots; ++sl) {
                 std::vector<double> v;
                 for (int b = 0; b < std::min(pl.grid, infonce_v3::kStampCtas); ++b)
@@ -765,8 +783,29 @@ static int group_probe() {
                 if (v.empty()) continue;
                 std::sort(v.begin(), v.end());
                 auto q = [&](double f) { return v[std::min(v.size() - 1, (size_t)(f * (v.size() - 1) + 0.5))]; };
-                printf("   %-20s %4zu  %7.2f / %7.2f / %7.2f / %7.2f / %7.2f\n", names[sl], v.size(), v.front(), q(0.1),
+                printf("   %-24s %4zu  %7.2f / %7.2f / %7.2f / %7.2f / %7.2f\n", names[sl], v.size(), v.front(), q(0.1),
                        q(0.5), q(0.9), v.back());
+            }
+            // K split (clusters of 2, CTA b of rank r = b % 2 keeps warpgroup r's rows and gets them from warpgroup r
+            // of CTA b ^ 1): per keeper, the sender's loop end -> sums there -> folded, and the CTA's two loop ends.
+            if (h[0][9] != 0) {
+                std::vector<double> xfer, fold, skew, late;
+                for (int b = 0; b < std::min(pl.grid, infonce_v3::kStampCtas); ++b) {
+                    const int r = b % 2, peer = b ^ 1;
+                    if (!h[b][9] || !h[peer][7 + r]) continue;
+                    xfer.push_back(((double)h[b][9] - (double)h[peer][7 + r]) / 1000.0);
+                    fold.push_back(((double)h[b][10] - (double)h[b][9]) / 1000.0);
+                    skew.push_back(((double)h[b][8] - (double)h[b][7]) / 1000.0);
+                    late.push_back(((double)h[b][9] - (double)std::max(h[peer][7 + r], h[b][7 + r])) / 1000.0);
+                }
+                auto pr = [](const char* n, std::vector<double> v) {
+                    std::sort(v.begin(), v.end());
+                    printf("   %-44s %7.2f / %7.2f / %7.2f\n", n, v.front(), v[v.size() / 2], v.back());
+                };
+                pr("sender's loop end -> keeper has sums (us)", xfer);
+                pr("keeper's last loop end of the two -> has sums", late);
+                pr("keeper has sums -> folded", fold);
+                pr("wg1 loop end - wg0 loop end (same CTA)", skew);
             }
         }
     }

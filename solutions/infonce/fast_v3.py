@@ -574,10 +574,6 @@ __device__ __forceinline__ void st_smem_u32_if(uint32_t addr, uint32_t v, bool o
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p st.shared.u32 [%0], %1;\n}\n"
                  ::"r"(addr), "r"(v), "r"((int)on) : "memory");
 }
-__device__ __forceinline__ void st_global_f32_if(float* addr, float v, bool on) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p st.global.f32 [%0], %1;\n}\n"
-                 ::"l"(addr), "f"(v), "r"((int)on) : "memory");
-}
 __device__ __forceinline__ void prefetch_l2_if(const void* p, bool on) {
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p prefetch.global.L2 [%0];\n}\n" ::"l"(p), "r"((int)on));
 }
@@ -633,6 +629,10 @@ __device__ __forceinline__ uint32_t cluster_peer_addr(uint32_t addr, uint32_t ra
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
     return r;
 }
+// Arrive (release at cluster scope) on an mbarrier of a peer CTA (its address from cluster_peer_addr).
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
+}
 // A 16-byte store into a peer CTA's shared memory that counts its bytes on the peer's mbarrier `bar` (complete_tx):
 // the peer's wait on that barrier sees the data, and the sender waits for nothing.
 __device__ __forceinline__ void st_async_f4(uint32_t addr, float a, float b, float c, float d, uint32_t bar) {
@@ -648,16 +648,23 @@ __device__ __forceinline__ void st_async_f4(uint32_t addr, float a, float b, flo
 #define INFONCE_V3_TMA_TID 0  // the thread that issues the TMA copies (a probe build moves it)
 #endif
 #ifdef INFONCE_V3_STAMPS
-constexpr int kStampSlots = 8, kStampCtas = 4096;
+constexpr int kStampSlots = 12, kStampCtas = 4096;
 __device__ unsigned long long g_v3_stamps[kStampCtas][kStampSlots];
-__device__ __forceinline__ void v3_stamp(int slot, bool on) {
+__device__ __forceinline__ void v3_stamp(int slot, bool on, int thread = 0) {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) :: "memory");
     unsigned long long* a = &g_v3_stamps[blockIdx.x % kStampCtas][slot];
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p st.u64 [%0], %1;\n}\n"
-                 ::"l"(a), "l"(t), "r"((int)(on && threadIdx.x == 0)) : "memory");
+                 ::"l"(a), "l"(t), "r"((int)(on && threadIdx.x == thread)) : "memory");
 }
 #define V3_STAMP(slot, on) v3_stamp(slot, on)
+#define V3_STAMP_T(slot, on, thread) v3_stamp(slot, on, thread)
+// %globaltimer at the end of each of the first kStampIters K-loop iterations (thread 0; the B-resident kernel).
+constexpr int kStampIters = 16;
+__device__ unsigned long long g_v3_iter[kStampCtas][kStampIters];
+#define V3_ITER(it) do { if (threadIdx.x == 0 && (it) < kStampIters) { unsigned long long t_; \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_) :: "memory"); g_v3_iter[blockIdx.x % kStampCtas][it] = t_; } \
+    } while (0)
 // Per-phase SM clocks of the K loop, summed over iterations, thread 0 of each CTA (g_v3_phase[cta][phase]).
 __device__ unsigned long long g_v3_phase[kStampCtas][kStampSlots];
 #define V3_PHASE_DECL unsigned v3_ph[kStampSlots] = {}; unsigned v3_t = (unsigned)clock();
@@ -666,6 +673,8 @@ __device__ unsigned long long g_v3_phase[kStampCtas][kStampSlots];
     g_v3_phase[blockIdx.x % kStampCtas][i_] = v3_ph[i_]; } while (0)
 #else
 #define V3_STAMP(slot, on) ((void)0)
+#define V3_STAMP_T(slot, on, thread) ((void)0)
+#define V3_ITER(it) ((void)0)
 #define V3_PHASE_DECL
 #define V3_PHASE(i) ((void)0)
 #define V3_PHASE_STORE() ((void)0)
@@ -868,18 +877,27 @@ __device__ __forceinline__ float fp32_dot(const float* a, const float* b, int D)
     for (int k = 0; k < D; ++k) s = fmaf(a[k], b[k], s);
     return s;
 }
+// The slow path out of line, on a copy of tot in local memory: inlined, its 40 dot-product loops put about 140 KB of
+// code between the check and the fold, and the hot path's jump over them lands on code no SM has fetched yet.
+__device__ __noinline__ void recompute_nonfinite(const float* q, const float* n, float* tot, int n_acc, int rA, int colb,
+                                                 int B, int N, int D) {
+    for (int i = 0; i < n_acc; ++i) {
+        const int row = rA + 8 * ((i >> 1) & 1), col = colb + 8 * (i >> 2) + (i & 1);
+        if (!isfinite(tot[i]) && row < B && col < N) tot[i] = fp32_dot(q + (size_t)row * D, n + (size_t)col * D, D);
+    }
+}
 template <int BN>
 __device__ __forceinline__ void fix_nonfinite(const WgParams& P, float (&tot)[BN / 2], int rA, int colb, int D) {
     bool bad = false;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) bad |= !isfinite(tot[i]);
     if (!bad) return;
+    float t[BN / 2];  // (tot itself stays in registers: only this copy's address is taken)
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) {
-        const int row = rA + 8 * ((i >> 1) & 1), col = colb + 8 * (i >> 2) + (i & 1);
-        if (!isfinite(tot[i]) && row < P.B && col < P.N)
-            tot[i] = fp32_dot(P.q + (size_t)row * D, P.n + (size_t)col * D, D);
-    }
+    for (int i = 0; i < BN / 2; ++i) t[i] = tot[i];
+    recompute_nonfinite(P.q, P.n, t, BN / 2, rA, colb, P.B, P.N, D);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) tot[i] = t[i];
 }
 
 // The negatives (B) items of a thread of NT (tile rows (tid >> 2) + (NT / 4) u, physical floats 8c + 4v + 0..3 in b[u][v])
@@ -958,6 +976,23 @@ __device__ __forceinline__ void positive_cosines(const WgParams& P, int row0, in
     }
 }
 
+// Debug only (WgParams::dbg_logits): a tile's raw dot products in the accumulator layout (see fix_nonfinite), out of
+// line for the reason given at recompute_nonfinite.
+__device__ __noinline__ void store_tile_logits(float* dbg, const float* acc, int n_acc, int rA, int colb, int B, int N) {
+    for (int i = 0; i < n_acc; ++i) {
+        const int row = rA + 8 * ((i >> 1) & 1), col = colb + 8 * (i >> 2) + (i & 1);
+        if (row < B && col < N) dbg[(size_t)row * N + col] = acc[i];
+    }
+}
+
+// 2^x by the MUFU alone (exp2f adds a rescale for results below 2^-126): the same 2-ulp approximation, subnormal
+// results flushed to zero, which in a sum of terms 2^(v - max) with one term equal to 1 changes nothing; 2^-inf = 0.
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Fold a finished n-tile's accumulator (wgmma m64nBN f32 layout: this thread holds rows rA, rA + 8 of its warp's 16,
 // columns colb + 8j + {0,1}, colb = tile * BN + 2c) into the running (max, sum of exp2) of its two rows, scaled by
 // log2(e)/T and masked at N (fast.py's epilogue).  The quad (4 lanes of a row) shares the max.
@@ -965,12 +1000,15 @@ template <int BN>
 __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[BN / 2], float (&run_m)[2],
                                           float (&run_s)[2], int rA, int colb) {
     constexpr int NJ = BN / 8;
-    const int B = P.B, N = P.N;
-    const bool dbg = P.dbg_logits != nullptr;
+    const int N = P.N;
+    if (P.dbg_logits != nullptr) {
+        float t[BN / 2];
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) t[i] = acc[i];
+        store_tile_logits(P.dbg_logits, t, BN / 2, rA, colb, P.B, N);
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int row = rA + 8 * h;
-        float* drow = P.dbg_logits + (dbg && row < B ? (size_t)row * N + colb : 0);  // debug only
         float v[2 * NJ];
         float tmax = -INFINITY;
 #pragma unroll
@@ -979,7 +1017,6 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
             for (int e = 0; e < 2; ++e) {
                 const int col = colb + 8 * j + e;
                 const float x = acc[4 * j + 2 * h + e];
-                if (dbg) st_global_f32_if(drow + (8 * j + e), x, row < B && col < N);
                 v[2 * j + e] = col < N ? x * P.scale2 : -INFINITY;
                 tmax = fmaxf(tmax, v[2 * j + e]);
             }
@@ -989,9 +1026,9 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
         // Branch-free: with no valid column yet, m_new = -inf, every term is exp2f(-inf) = 0 and the state
         // stays (-inf, 0).
         const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        float s = run_s[h] * exp2f(run_m[h] - m_use);
+        float s = run_s[h] * ex2_ftz(run_m[h] - m_use);
 #pragma unroll
-        for (int j = 0; j < 2 * NJ; ++j) s += exp2f(v[j] - m_use);
+        for (int j = 0; j < 2 * NJ; ++j) s += ex2_ftz(v[j] - m_use);
         run_s[h] = s;
         run_m[h] = m_new;
     }
@@ -1065,9 +1102,9 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
 #pragma unroll
             for (int u = 0; u < kMergeChunk; ++u) mr = fmaxf(mr, v[u].x);  // an empty partial is (-inf, 0)
             const float mu = mr == -INFINITY ? 0.f : mr;
-            sum *= exp2f(m - mu);
+            sum *= ex2_ftz(m - mu);
 #pragma unroll
-            for (int u = 0; u < kMergeChunk; ++u) sum = fmaf(v[u].y, exp2f(v[u].x - mu), sum);
+            for (int u = 0; u < kMergeChunk; ++u) sum = fmaf(v[u].y, ex2_ftz(v[u].x - mu), sum);
             m = mr;
         }
         const double x = ((double)m + (double)log2f(sum)) * LN2 - pv;
@@ -1503,7 +1540,7 @@ __global__ void __launch_bounds__(384, 1)
 // a remote mbarrier arrive).  The plan gives every cluster exactly one n-tile.  Measured (nineteenth session, bench,
 // seed shape): 18.0-18.3 us against 18.4-18.5 for bres3d_n40_s2k2 in the same calls; by stamps the pair's loops end
 // about 2 us earlier, and the wait for the slower CTA of the pair, the exchange and the 80-column fold take most of it.
-template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool F16 = false>
+template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool F16 = false, int XA = 0>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                               const WgParams P) {
@@ -1525,6 +1562,7 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ alignas(8) unsigned long long s_full[2 * PD];  // warpgroup w's stage s: s_full[w * PD + s]
     __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
     __shared__ alignas(8) unsigned long long s_xfull;     // KS = 2: the peer's sums have landed (their bytes counted)
+    __shared__ alignas(8) unsigned long long s_xfree;     // XA: the peer's exchange buffer may be written
 
     V3_STAMP(0, true);  // entry
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
@@ -1547,6 +1585,13 @@ __global__ void __launch_bounds__(256, 1)
     const int kofs = rank * KTR;                      // the first k-tile of this CTA's K range
     const int total = (t_end - t_begin) * KI;         // iterations of each warpgroup
     const int rA = wrow0 + 16 * wq + g;
+    // XA: the whole K range of A resident (every iteration has a stage of its own, no refills: the plan checks
+    // KI <= PD), and the pair's exchange buffer (XBYTES) in the first stages of the keeper CTA's other warpgroup,
+    // whose 128 threads tell the peer (a remote arrive on its s_xfree) once they have read those stages.  XA = 2
+    // issues B group 1 after the first two A stages instead of after all of them.
+    constexpr int XBYTES = 128 * (BN / 2) * 4, XSTAGES = (XBYTES + RAW_A - 1) / RAW_A;
+    static_assert(XA == 0 || (KS == 2 && PD >= XSTAGES), "XA: a K split whose ring holds the exchange buffer");
+    const int x_sig_it = min(total, XSTAGES) - 1;  // XA: the iteration after which the buffer's stages are read
 
     // Shared memory: the A rings (warpgroup w's stage s at sbase + (w * PD + s) * RAW_A, k-tile h of the stage
     // RAW_K further per h), then the resident B tile (k-tile kt at b_res + kt * KT_BYTES: tf32 its hi copy, its lo
@@ -1651,6 +1696,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll 1
         for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
         if (KS > 1) mbar_init(smem_u32(&s_xfull), 1u);
+        if (XA) mbar_init(smem_u32(&s_xfree), 1u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         if (KS > 1) mbar_arrive_expect_tx(smem_u32(&s_xfull), (uint32_t)(128 * NACC * 4));  // the peer's st.async
     }
@@ -1658,10 +1704,14 @@ __global__ void __launch_bounds__(256, 1)
     // KS = 2: the peer may arrive on s_xfull only once it is initialised; this arrive is waited for after the K loop.
     if (KS > 1) asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
     b_copy(t_begin, 0);  // in the order they are needed: B group 0, the first A stages, B group 1
+    constexpr int PRE = XA == 2 ? 2 : PD;  // A stages issued before B group 1
 #pragma unroll
-    for (int s = 0; s < PD; ++s)
+    for (int s = 0; s < PRE; ++s)
         if (s < total) tma_issue(s);
     b_copy(t_begin, 1);
+#pragma unroll
+    for (int s = PRE; s < PD; ++s)
+        if (s < total) tma_issue(s);
     // The positive cosines: with one group, while group 0's copies are in flight (all warps); else at the start of
     // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
     // fill fewer warps), from rows prefetched into L2 now.  Either way they are off the prologue's wait for memory.
@@ -1681,13 +1731,21 @@ __global__ void __launch_bounds__(256, 1)
     const int rl = 16 * wq + g;  // the thread's A rows in the warpgroup's box: rl, rl + 8 (both with row & 7 == g)
     int rd_ki = 0, rd_tile = t_begin;
     V3_PHASE_DECL
-    for (int it0 = 0; it0 < total; it0 += PD) {
+    // Unrolled by two (PD when odd): consecutive iterations' A fragments live in different registers; the stage index
+    // is known at run time only.  (Unrolled by PD the loop's code doubled at PD = 4, and the code after an L2 flush
+    // comes from memory: 0.1 us slower.)
+    constexpr int UNR = PD % 2 == 0 ? 2 : PD;
+    for (int it0 = 0; it0 < total; it0 += UNR) {
 #pragma unroll
-        for (int s = 0; s < PD; ++s) {  // unrolled: consecutive iterations' A fragments live in different registers
-            if (it0 + s < total) {
-                if (rd_ki * KPI == FG && NG == 2)  // the iteration reads B group 1 first: split it
+        for (int s0 = 0; s0 < UNR; ++s0) {
+            const int it = it0 + s0, s = it % PD;  // the iteration, its stage
+            if (it < total) {
+                // The iteration reads B group 1 first: split it.  With a K split (one n-tile per cluster) that is
+                // iteration FG / KPI, so only that unrolled copy carries the split's code: the loop's code is fetched
+                // cold after an L2 flush, and every copy of code that never runs is bytes in the way.
+                if ((KS == 1 || s0 == (FG / KPI) % UNR) && rd_ki * KPI == FG && NG == 2)
                     b_split(1, (uint32_t)((rd_tile - t_begin) & 1), rd_tile == t_begin ? cos_warp0 : -1);
-                const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it0 / PD) & 1u;
+                const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it / PD) & 1u;
                 while (!mbar_try(bar, par)) {  // unbounded, as the kernels above
                 }
                 V3_PHASE(0);  // waiting for the raw stage
@@ -1707,8 +1765,14 @@ __global__ void __launch_bounds__(256, 1)
                 else
                     split_a_fragments<KH>(x, y, ahi, alo);
                 V3_PHASE(1);  // shared loads and splits
-                bar_sync_named(1 + wg, 128);  // the warpgroup's 128 threads have read stage s
-                V3_STAMP(2, it0 + s == 0);    // first stage read by warpgroup 0
+                const bool x_sig = XA && wg != rank && it == x_sig_it;
+                if (!XA || x_sig)  // (XA: no refills) the refill or the XA signal follows
+                    bar_sync_named(1 + wg, 128);  // the warpgroup's 128 threads have read stage s
+                if (x_sig) {  // the peer's s_xfree was initialised before the cluster barrier's arrive
+                    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+                    if ((tid & 127) == 0) mbar_arrive_remote(cluster_peer_addr(smem_u32(&s_xfree), (uint32_t)wg));
+                }
+                V3_STAMP(2, it == 0);  // first stage read by warpgroup 0
                 V3_PHASE(2);  // warpgroup barrier
                 // the iteration's KPI resident k-tiles, KT_BYTES apart
                 const uint64_t dh0 = descB + (uint64_t)((rd_ki * KPI * KT_BYTES) >> 4);
@@ -1718,7 +1782,7 @@ __global__ void __launch_bounds__(256, 1)
                     issue_3xtf32_batch<BN, KH>(acc, ahi, alo, dh0, (uint64_t)(KT_BYTES >> 4), (uint64_t)(BUF >> 4),
                                                rd_ki == 0);
                 V3_PHASE(3);  // wgmma issue
-                if (it0 + s + PD < total) tma_issue(s);  // refill stage s for iteration it + PD, behind the batch
+                if (it + PD < total) tma_issue(s);  // refill stage s for iteration it + PD, behind the batch
                 V3_PHASE(6);  // TMA refill (warpgroup thread 0)
                 wg_wait<1>();  // the previous batch is done (its A fragments are free)
 #pragma unroll
@@ -1726,6 +1790,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
                 for (int i = 0; i < (F16 ? NACC : 1); ++i) reg_fence(acc_x[i]);
                 V3_PHASE(4);  // wait for the previous batch
+                V3_ITER(it);
                 if (++rd_ki == KI) {
                     wg_wait<0>();
 #pragma unroll
@@ -1745,7 +1810,8 @@ __global__ void __launch_bounds__(256, 1)
                         }
                     }
                     rd_ki = 0;
-                    if (++rd_tile < t_end) {  // the next n-tile (forced splits only): both warpgroups are done with B
+                    // the next n-tile (forced splits only, never with a K split): both warpgroups are done with B
+                    if (++rd_tile < t_end && KS == 1) {
                         __syncthreads();
                         b_copy(rd_tile, 0);
                         b_copy(rd_tile, 1);
@@ -1770,11 +1836,21 @@ __global__ void __launch_bounds__(256, 1)
         // numbers in either CTA) and folds all BN columns of its rows.  (Measured: 0.1-0.3 us faster at the seed shape
         // than the same exchange in the A ring between two cluster barriers; st.async 0.2-0.3 us faster again than
         // plain remote stores and one release arrive per sender.)
-        V3_STAMP(7, true);  // K split: this CTA's loop done, before the exchange
-        const uint32_t xbuf = b_res + (uint32_t)(KTR * KT_BYTES) + (uint32_t)((tid & 127) * 16);
-        asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // the peer's s_xfull is initialised
+        V3_STAMP_T(7, true, 0);    // K split: warpgroup 0's loop done, before the exchange
+        V3_STAMP_T(8, true, 128);  // warpgroup 1's
+        // The exchange buffer of CTA r (at the same offset in both CTAs): after the B tile, or (XA) at the start of
+        // the ring of CTA r's warpgroup 1 - r.
+        auto xbuf = [&](int r) -> uint32_t {
+            return (XA ? sbase + (uint32_t)((1 - r) * PD * RAW_A) : b_res + (uint32_t)(KTR * KT_BYTES)) +
+                   (uint32_t)((tid & 127) * 16);
+        };
+        if (!XA || wg == rank)  // (XA: the other warpgroup waited inside the loop)
+            asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // the peer's s_xfull is initialised
         if (wg != rank) {
-            const uint32_t dst = cluster_peer_addr(xbuf, (uint32_t)wg);
+            if (XA)
+                while (!mbar_try_cluster(smem_u32(&s_xfree), 0u)) {
+                }
+            const uint32_t dst = cluster_peer_addr(xbuf(wg), (uint32_t)wg);
             const uint32_t pbar = cluster_peer_addr(smem_u32(&s_xfull), (uint32_t)wg);
 #pragma unroll
             for (int v = 0; v < NACC / 4; ++v)
@@ -1783,17 +1859,19 @@ __global__ void __launch_bounds__(256, 1)
         } else {
             while (!mbar_try_cluster(smem_u32(&s_xfull), 0u)) {
             }
+            V3_STAMP_T(9, true, 128 * rank);  // the keeper has the peer's sums
         }
         if (wg == rank) {
             float sum[NACC];
 #pragma unroll
             for (int v = 0; v < NACC / 4; ++v) {
-                const float4 r = lds4(xbuf + (uint32_t)(v * 128 * 16));
+                const float4 r = lds4(xbuf(rank) + (uint32_t)(v * 128 * 16));
                 sum[4 * v] = dot(4 * v) + r.x, sum[4 * v + 1] = dot(4 * v + 1) + r.y;
                 sum[4 * v + 2] = dot(4 * v + 2) + r.z, sum[4 * v + 3] = dot(4 * v + 3) + r.w;
             }
             if constexpr (F16) fix_nonfinite<BN>(P, sum, rA, t_begin * BN + 2 * c, D);
             fold_tile<BN>(P, sum, run_m, run_s, rA, t_begin * BN + 2 * c);
+            V3_STAMP_T(10, true, 128 * rank);  // the keeper's fold done
         }
     }
     V3_STAMP(3, true);  // K loop and last fold done
@@ -1818,6 +1896,7 @@ struct WgVariant {
     int ks = 1;        // WG_BRES: CTAs per cluster splitting K (bn is the cluster's tile; one n-tile per cluster;
                        // bn x 256 bytes more shared memory for the exchange)
     bool f16 = false;  // WG_BRES: 3xFP16 products (half the resident tile's bytes; inputs below 65504 in magnitude)
+    int xa = 0;        // WG_BRES, ks = 2: all of A resident (KI <= pd), the exchange buffer in the A ring
 };
 
 // The automatic plan uses the first five: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
@@ -1853,6 +1932,12 @@ static const WgVariant kWgVariants[] = {
      false, true, 2, true},
     {"f16_bres3d_n40_s3k2", 2, 40, 3, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 3, 2, 2, true, 1, true>, 1.00,
      false, true, 1, true},
+    {"f16_bres3d_ks2_n80_s8k1_xa", 2, 80, 8, 4, true, WG_BRES,
+     infonce_wgmma_bres_kernel<80, 8, 1, 2, true, 2, true, 1>, 1.00, false, true, 2, true, 1},
+    {"f16_bres3d_ks2_n80_s8k1_xb", 2, 80, 8, 4, true, WG_BRES,
+     infonce_wgmma_bres_kernel<80, 8, 1, 2, true, 2, true, 2>, 1.00, false, true, 2, true, 2},
+    {"f16_bres3d_ks2_n80_s4k2_xa", 2, 80, 4, 8, true, WG_BRES,
+     infonce_wgmma_bres_kernel<80, 4, 2, 2, true, 2, true, 1>, 1.00, false, true, 2, true, 1},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
@@ -1862,7 +1947,8 @@ constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]
 inline long long wg_smem_bytes(const WgVariant& v, int D) {
     if (v.kind == WG_BRES) {  // kh / 4 k-tiles per stage; the resident tile is a whole number of stages deep
         const long long kpi = v.kh / 4, ktr = ((D + 32 * kpi - 1) / (32 * kpi) + v.ks - 1) / v.ks * kpi;
-        return 2LL * v.pd * kpi * 64 * 128 + ktr * (v.f16 ? 1 : 2) * v.bn * 128 + (v.ks > 1 ? v.bn * 256LL : 0) + 1024;
+        return 2LL * v.pd * kpi * 64 * 128 + ktr * (v.f16 ? 1 : 2) * v.bn * 128 + (v.ks > 1 && !v.xa ? v.bn * 256LL : 0) +
+               1024;
     }
     return (v.tma ? v.pd : 3) * 2 * v.bn * 128 + (v.tma ? v.pd * (64 * v.wgs + v.bn) * 128 : 0) + 1024;
 }
@@ -1958,6 +2044,7 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
             // a K split pays for its exchange only with a few k-tiles per CTA (the automatic plan asks for 2 or more)
             if (v.ks > 1 && variant < 0 && (D + 31) / 32 < 2 * v.ks) continue;
             if (v.a3d && D % 32 != 0) continue;
+            if (v.xa && ((D + 32 * (v.kh / 4) - 1) / (32 * (v.kh / 4)) + v.ks - 1) / v.ks > v.pd) continue;  // KI <= pd
             const long long s_max = std::min<long long>(nt, 1024);
             for (long long s = 1; s <= s_max; ++s) {  // s: CTAs (clusters) per m-tile
                 if (v.ks > 1 ? s != nt : splits > 0 && s != std::min<long long>(splits, s_max)) continue;
