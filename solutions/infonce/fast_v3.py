@@ -1540,7 +1540,7 @@ __global__ void __launch_bounds__(384, 1)
 // a remote mbarrier arrive).  The plan gives every cluster exactly one n-tile.  Measured (nineteenth session, bench,
 // seed shape): 18.0-18.3 us against 18.4-18.5 for bres3d_n40_s2k2 in the same calls; by stamps the pair's loops end
 // about 2 us earlier, and the wait for the slower CTA of the pair, the exchange and the 80-column fold take most of it.
-template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool F16 = false, int XA = 0>
+template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool F16 = false, bool XA = false>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                               const WgParams P) {
@@ -1587,10 +1587,9 @@ __global__ void __launch_bounds__(256, 1)
     const int rA = wrow0 + 16 * wq + g;
     // XA: the whole K range of A resident (every iteration has a stage of its own, no refills: the plan checks
     // KI <= PD), and the pair's exchange buffer (XBYTES) in the first stages of the keeper CTA's other warpgroup,
-    // whose 128 threads tell the peer (a remote arrive on its s_xfree) once they have read those stages.  XA = 2
-    // issues B group 1 after the first two A stages instead of after all of them.
+    // whose 128 threads tell the peer (a remote arrive on its s_xfree) once they have read those stages.
     constexpr int XBYTES = 128 * (BN / 2) * 4, XSTAGES = (XBYTES + RAW_A - 1) / RAW_A;
-    static_assert(XA == 0 || (KS == 2 && PD >= XSTAGES), "XA: a K split whose ring holds the exchange buffer");
+    static_assert(!XA || (KS == 2 && PD >= XSTAGES), "XA: a K split whose ring holds the exchange buffer");
     const int x_sig_it = min(total, XSTAGES) - 1;  // XA: the iteration after which the buffer's stages are read
 
     // Shared memory: the A rings (warpgroup w's stage s at sbase + (w * PD + s) * RAW_A, k-tile h of the stage
@@ -1704,14 +1703,10 @@ __global__ void __launch_bounds__(256, 1)
     // KS = 2: the peer may arrive on s_xfull only once it is initialised; this arrive is waited for after the K loop.
     if (KS > 1) asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
     b_copy(t_begin, 0);  // in the order they are needed: B group 0, the first A stages, B group 1
-    constexpr int PRE = XA == 2 ? 2 : PD;  // A stages issued before B group 1
 #pragma unroll
-    for (int s = 0; s < PRE; ++s)
+    for (int s = 0; s < PD; ++s)
         if (s < total) tma_issue(s);
     b_copy(t_begin, 1);
-#pragma unroll
-    for (int s = PRE; s < PD; ++s)
-        if (s < total) tma_issue(s);
     // The positive cosines: with one group, while group 0's copies are in flight (all warps); else at the start of
     // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
     // fill fewer warps), from rows prefetched into L2 now.  Either way they are off the prologue's wait for memory.
@@ -1896,7 +1891,7 @@ struct WgVariant {
     int ks = 1;        // WG_BRES: CTAs per cluster splitting K (bn is the cluster's tile; one n-tile per cluster;
                        // bn x 256 bytes more shared memory for the exchange)
     bool f16 = false;  // WG_BRES: 3xFP16 products (half the resident tile's bytes; inputs below 65504 in magnitude)
-    int xa = 0;        // WG_BRES, ks = 2: all of A resident (KI <= pd), the exchange buffer in the A ring
+    bool xa = false;   // WG_BRES, ks = 2: all of A resident (KI <= pd), the exchange buffer in the A ring
 };
 
 // The automatic plan uses the first five: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
@@ -1913,6 +1908,8 @@ struct WgVariant {
 static const WgVariant kWgVariants[] = {
     {"tma_n40_s4", 2, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
+    {"f16_bres3d_ks2_n80_s4k2_xa", 2, 80, 4, 8, true, WG_BRES, infonce_wgmma_bres_kernel<80, 4, 2, 2, true, 2, true, true>,
+     1.00, true, true, 2, true, true},
     {"f16_bres3d_ks2_n80_s4k1", 2, 80, 4, 4, true, WG_BRES, infonce_wgmma_bres_kernel<80, 4, 1, 2, true, 2, true>, 1.00,
      true, true, 2, true},
     {"f16_bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true, 1, true>, 1.00,
@@ -1932,12 +1929,6 @@ static const WgVariant kWgVariants[] = {
      false, true, 2, true},
     {"f16_bres3d_n40_s3k2", 2, 40, 3, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 3, 2, 2, true, 1, true>, 1.00,
      false, true, 1, true},
-    {"f16_bres3d_ks2_n80_s8k1_xa", 2, 80, 8, 4, true, WG_BRES,
-     infonce_wgmma_bres_kernel<80, 8, 1, 2, true, 2, true, 1>, 1.00, false, true, 2, true, 1},
-    {"f16_bres3d_ks2_n80_s8k1_xb", 2, 80, 8, 4, true, WG_BRES,
-     infonce_wgmma_bres_kernel<80, 8, 1, 2, true, 2, true, 2>, 1.00, false, true, 2, true, 2},
-    {"f16_bres3d_ks2_n80_s4k2_xa", 2, 80, 4, 8, true, WG_BRES,
-     infonce_wgmma_bres_kernel<80, 4, 2, 2, true, 2, true, 1>, 1.00, false, true, 2, true, 1},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
