@@ -731,7 +731,8 @@ static int group_probe() {
         const char* names[infonce_v3::kStampSlots] = {"entry", "prologue done", "1st k-tile stored", "K loop done",
                                                        "ticket", "merged (last CTA)", "output (last CTA)",
                                                        "K split: wg0 loop end", "K split: wg1 loop end",
-                                                       "K split: keeper got sums", "K split: keeper folded", "-"};
+                                                       "K split: keeper got sums", "K split: keeper folded",
+                                                       "B group 1 landed"};
         printf("stamps, v3 auto %s, grid %d: us after the stamp kernel; per slot: CTAs, min / p10 / p50 / p90 / max\n",
                plan_str(pl).c_str(), pl.grid);
         static unsigned long long h[infonce_v3::kStampCtas][infonce_v3::kStampSlots];
