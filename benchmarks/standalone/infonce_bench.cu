@@ -800,6 +800,7 @@ static int group_probe() {
                     late.push_back(((double)h[b][9] - (double)std::max(h[peer][7 + r], h[b][7 + r])) / 1000.0);
                 }
                 auto pr = [](const char* n, std::vector<double> v) {
+                    if (v.empty()) return;
                     std::sort(v.begin(), v.end());
                     printf("   %-44s %7.2f / %7.2f / %7.2f\n", n, v.front(), v[v.size() / 2], v.back());
                 };
