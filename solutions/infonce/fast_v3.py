@@ -43,6 +43,9 @@ Measured on the H200 (2026-12-02, standalone bench, twelfth session): 4.86-4.88 
 make eval run 825de696: 0.0200 ms at the seed shape, 4.928 ms at the big shape.  3xFP16 (2026-12-03, bench): 16.1-16.3
 us at the seed shape against 18.1-18.3 for the 3xTF32 pairs in the same calls; with the pair's sums sent by st.async,
 15.9-16.0.  make eval run e8edc9a3 (3xFP16, before st.async): 0.01742 ms at the seed shape, 4.884 ms at the big shape.
+Twenty-second session: the kernels' code compacted (slow paths out of line: after each L2 flush every line of code
+comes from memory); make eval run 6215a01a: 0.01594 ms at the seed shape, 4.716 ms at the big shape.  The positive
+cosines after the K loop with a K split: 14.6-14.7 us at the seed shape in the bench.
 """
 import torch
 import torch.nn as nn
@@ -641,8 +644,9 @@ __device__ __forceinline__ void st_async_f4(uint32_t addr, float a, float b, flo
 }
 
 // Diagnostics, compiled only into the standalone bench's probe builds (build.sh): INFONCE_V3_STAMPS records
-// %globaltimer per CTA at the phase boundaries below (thread 0; predicated stores, no branch near wgmma) and
-// thread 0's SM clocks per K-loop phase (V3_PHASE); INFONCE_V3_NO_PROXY_FENCE drops the proxy fence of the K loop
+// %globaltimer per CTA at the phase boundaries below (thread 0, or the thread V3_STAMP_T names; predicated stores, no
+// branch near wgmma), at the end of each K-loop iteration (V3_ITER) and thread 0's SM clocks per K-loop phase
+// (V3_PHASE); INFONCE_V3_NO_PROXY_FENCE drops the proxy fence of the K loop
 // (timing only: the results may then be wrong); INFONCE_V3_TMA_TID moves the TMA issue to another thread.
 #ifndef INFONCE_V3_TMA_TID
 #define INFONCE_V3_TMA_TID 0  // the thread that issues the TMA copies (a probe build moves it)
@@ -650,21 +654,23 @@ __device__ __forceinline__ void st_async_f4(uint32_t addr, float a, float b, flo
 #ifdef INFONCE_V3_STAMPS
 constexpr int kStampSlots = 12, kStampCtas = 4096;
 __device__ unsigned long long g_v3_stamps[kStampCtas][kStampSlots];
-__device__ __forceinline__ void v3_stamp(int slot, bool on, int thread = 0) {
+// %globaltimer into *a when `on` (a predicated store: no branch near the wgmma).
+__device__ __forceinline__ void v3_time_if(unsigned long long* a, bool on) {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) :: "memory");
-    unsigned long long* a = &g_v3_stamps[blockIdx.x % kStampCtas][slot];
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p st.u64 [%0], %1;\n}\n"
-                 ::"l"(a), "l"(t), "r"((int)(on && threadIdx.x == thread)) : "memory");
+                 ::"l"(a), "l"(t), "r"((int)on) : "memory");
+}
+__device__ __forceinline__ void v3_stamp(int slot, bool on, int thread = 0) {
+    v3_time_if(&g_v3_stamps[blockIdx.x % kStampCtas][slot], on && threadIdx.x == thread);
 }
 #define V3_STAMP(slot, on) v3_stamp(slot, on)
 #define V3_STAMP_T(slot, on, thread) v3_stamp(slot, on, thread)
 // %globaltimer at the end of each of the first kStampIters K-loop iterations (thread 0; the B-resident kernel).
 constexpr int kStampIters = 16;
 __device__ unsigned long long g_v3_iter[kStampCtas][kStampIters];
-#define V3_ITER(it) do { if (threadIdx.x == 0 && (it) < kStampIters) { unsigned long long t_; \
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_) :: "memory"); g_v3_iter[blockIdx.x % kStampCtas][it] = t_; } \
-    } while (0)
+#define V3_ITER(it) v3_time_if(&g_v3_iter[blockIdx.x % kStampCtas][min((it), kStampIters - 1)], \
+                               threadIdx.x == 0 && (it) < kStampIters)
 // Per-phase SM clocks of the K loop, summed over iterations, thread 0 of each CTA (g_v3_phase[cta][phase]).
 __device__ unsigned long long g_v3_phase[kStampCtas][kStampSlots];
 #define V3_PHASE_DECL unsigned v3_ph[kStampSlots] = {}; unsigned v3_t = (unsigned)clock();
@@ -872,6 +878,10 @@ __device__ __forceinline__ void issue_3xf16_batch(float (&acc)[BN / 2], float (&
 // FFMA from global memory (the whole of K, once the K split's halves are added), so that no input gives a wrong loss,
 // only a slow one.  tot: the thread's n-tile dot products in the accumulator layout (row rA + 8h, column colb + 8j + e
 // at 4j + 2h + e).
+// Row and column of element i of a thread's n-tile accumulator (the wgmma m64nN f32 layout: element 4j + 2h + e is row
+// rA + 8h, column colb + 8j + e).
+__device__ __forceinline__ int acc_row(int i, int rA) { return rA + 8 * ((i >> 1) & 1); }
+__device__ __forceinline__ int acc_col(int i, int colb) { return colb + 8 * (i >> 2) + (i & 1); }
 __device__ __forceinline__ float fp32_dot(const float* a, const float* b, int D) {
     float s = 0.f;
     for (int k = 0; k < D; ++k) s = fmaf(a[k], b[k], s);
@@ -882,7 +892,7 @@ __device__ __forceinline__ float fp32_dot(const float* a, const float* b, int D)
 __device__ __noinline__ void recompute_nonfinite(const float* q, const float* n, float* tot, int n_acc, int rA, int colb,
                                                  int B, int N, int D) {
     for (int i = 0; i < n_acc; ++i) {
-        const int row = rA + 8 * ((i >> 1) & 1), col = colb + 8 * (i >> 2) + (i & 1);
+        const int row = acc_row(i, rA), col = acc_col(i, colb);
         if (!isfinite(tot[i]) && row < B && col < N) tot[i] = fp32_dot(q + (size_t)row * D, n + (size_t)col * D, D);
     }
 }
@@ -980,7 +990,7 @@ __device__ __forceinline__ void positive_cosines(const WgParams& P, int row0, in
 // line for the reason given at recompute_nonfinite.
 __device__ __noinline__ void store_tile_logits(float* dbg, const float* acc, int n_acc, int rA, int colb, int B, int N) {
     for (int i = 0; i < n_acc; ++i) {
-        const int row = rA + 8 * ((i >> 1) & 1), col = colb + 8 * (i >> 2) + (i & 1);
+        const int row = acc_row(i, rA), col = acc_col(i, colb);
         if (row < B && col < N) dbg[(size_t)row * N + col] = acc[i];
     }
 }
@@ -1023,7 +1033,7 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
         tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
         tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
         const float m_new = fmaxf(run_m[h], tmax);
-        // Branch-free: with no valid column yet, m_new = -inf, every term is exp2f(-inf) = 0 and the state
+        // Branch-free: with no valid column yet, m_new = -inf, every term is ex2_ftz(-inf) = 0 and the state
         // stays (-inf, 0).
         const float m_use = m_new == -INFINITY ? 0.f : m_new;
         float s = run_s[h] * ex2_ftz(run_m[h] - m_use);
@@ -1137,7 +1147,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     infonce_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                          const WgParams P) {
     constexpr int NT = WGS * 128, BM = WGS * 64;
-    constexpr int NJ = BN / 8, NACC = BN / 2;
+    constexpr int NACC = BN / 2;
     constexpr int BUF = BN * 128;   // bytes of one tf32 copy (hi or lo) of a BN x 32 k-tile
     constexpr int SLOT = 2 * BUF;  // hi then lo; BUF is a multiple of 1024, so every copy is 1024-aligned
     // hi/lo B slots: 3 suffice (slot it % NSLOT was last read by batch it - NSLOT, retired before the barrier of
@@ -1540,6 +1550,10 @@ __global__ void __launch_bounds__(384, 1)
 // a remote mbarrier arrive).  The plan gives every cluster exactly one n-tile.  Measured (nineteenth session, bench,
 // seed shape): 18.0-18.3 us against 18.4-18.5 for bres3d_n40_s2k2 in the same calls; by stamps the pair's loops end
 // about 2 us earlier, and the wait for the slower CTA of the pair, the exchange and the 80-column fold take most of it.
+// XA (twenty-second session): with a K split, all of A resident (a stage per iteration, no refills) and the exchange
+// buffer in the first stages of the non-keeping warpgroup's ring, freed by a remote mbarrier arrive once read.  Bench,
+// seed shape: 16.4 us against 15.9 for the 4-stage ring at one k-tile per stage; 15.2-15.3 against 15.4-15.6 at two
+// (`s4k2_xa`, automatic in run 6215a01a); 14.9-15.0 against 14.6-14.7 once the positive cosines left group 1's split.
 template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool F16 = false, bool XA = false>
 __global__ void __launch_bounds__(256, 1)
     infonce_wgmma_bres_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
@@ -1568,7 +1582,7 @@ __global__ void __launch_bounds__(256, 1)
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
-    const int B = P.B, D = P.D, N = P.N, S = P.S;
+    const int B = P.B, D = P.D, S = P.S;
     static_assert(KS == 1 || KS == 2, "K split: pairs (a cluster of 4 CTAs of 225 KB does not fit 128 at once)");
     const int m_tiles = (B + BM - 1) / BM;
     const int rank = (int)(blockIdx.x % KS), cl = (int)(blockIdx.x / KS);  // 1-D grid, clusters of (KS, 1, 1)
@@ -1633,6 +1647,7 @@ __global__ void __launch_bounds__(256, 1)
             positive_cosines(P, cos_row0, cos_rows, split, warp - cos_warp0, NT / 32 - cos_warp0, lane);
         while (!mbar_try(bbar(grp), parity)) {  // unbounded, as the A stages
         }
+        V3_STAMP(11, grp == 1);
         // One item per thread at a time (two or three in flight made ptxas spill: 1-2 us slower at the seed shape).
 #pragma unroll 1
         for (int q = tid; q < items; q += NT) {
@@ -1709,7 +1724,9 @@ __global__ void __launch_bounds__(256, 1)
     b_copy(t_begin, 1);
     // The positive cosines: with one group, while group 0's copies are in flight (all warps); else at the start of
     // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
-    // fill fewer warps), from rows prefetched into L2 now.  Either way they are off the prologue's wait for memory.
+    // fill fewer warps), from rows prefetched into L2 now; with a K split, after the loop, by the warpgroup that sends
+    // its sums to the peer (it waits for nothing then, while the keeper waits and folds).  Group 1's split is on the
+    // loop's critical path: with the cosines in it the seed shape took 15.2-15.6 us, without 14.6-15.0 (bench).
     const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * (KTR - FG) / 32);
     if (NG > 1) positive_cosines<true>(P, cos_row0, cos_rows, split, warp, NT / 32, lane);
     b_split(0, 0u, NG == 1 ? 0 : -1);
@@ -1727,8 +1744,8 @@ __global__ void __launch_bounds__(256, 1)
     int rd_ki = 0, rd_tile = t_begin;
     V3_PHASE_DECL
     // Unrolled by two (PD when odd): consecutive iterations' A fragments live in different registers; the stage index
-    // is known at run time only.  (Unrolled by PD the loop's code doubled at PD = 4, and the code after an L2 flush
-    // comes from memory: 0.1 us slower.)
+    // is known at run time only.  (Unrolled by PD the loop's code is twice as long at PD = 4; the seed shape took the
+    // same time either way, within 0.1 us, so the shorter code stays.)
     constexpr int UNR = PD % 2 == 0 ? 2 : PD;
     for (int it0 = 0; it0 < total; it0 += UNR) {
 #pragma unroll
@@ -1739,7 +1756,7 @@ __global__ void __launch_bounds__(256, 1)
                 // iteration FG / KPI, so only that unrolled copy carries the split's code: the loop's code is fetched
                 // cold after an L2 flush, and every copy of code that never runs is bytes in the way.
                 if ((KS == 1 || s0 == (FG / KPI) % UNR) && rd_ki * KPI == FG && NG == 2)
-                    b_split(1, (uint32_t)((rd_tile - t_begin) & 1), rd_tile == t_begin ? cos_warp0 : -1);
+                    b_split(1, (uint32_t)((rd_tile - t_begin) & 1), rd_tile == t_begin && KS == 1 ? cos_warp0 : -1);
                 const uint32_t bar = full0 + 8u * (uint32_t)s, par = (uint32_t)(it / PD) & 1u;
                 while (!mbar_try(bar, par)) {  // unbounded, as the kernels above
                 }
@@ -1851,6 +1868,7 @@ __global__ void __launch_bounds__(256, 1)
             for (int v = 0; v < NACC / 4; ++v)
                 st_async_f4(dst + (uint32_t)(v * 128 * 16), dot(4 * v), dot(4 * v + 1), dot(4 * v + 2), dot(4 * v + 3),
                             pbar);
+            if (NG > 1) positive_cosines(P, cos_row0, cos_rows, split, wq, 4, lane);  // (see cos_warp0)
         } else {
             while (!mbar_try_cluster(smem_u32(&s_xfull), 0u)) {
             }
@@ -1894,13 +1912,13 @@ struct WgVariant {
     bool xa = false;   // WG_BRES, ks = 2: all of A resident (KI <= pd), the exchange buffer in the A ring
 };
 
-// The automatic plan uses the first five: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take 128 x 128: less
-// L2 traffic per flop), and the B-resident 128 x 40 kernel wherever it fits (one n-tile per CTA in one wave, the
-// tile's hi/lo in shared memory: the seed shape, 2 m-tiles x 64 splits = 128 CTAs; its efficiency 1.0 makes it win
-// over the 40-wide TMA kernel there: 19.1-19.3 us against 22.2-22.5 in the twelfth session's bench calls), in its
-// 3-D-copy form when D % 32 == 0 (listed first, so it wins the tie), and before that its K-split pairs of 128 x 80
-// tiles (the same cost per CTA in the plan's model, so listed first to win the tie where they fit: the seed shape,
-// 2 m-tiles x 32 pairs = 128 CTAs).  The bench
+// The automatic plan uses the entries marked automatic: 128 x 40 and 128 x 128 tiles fed by TMA (big problems take
+// 128 x 128: less L2 traffic per flop), and the B-resident 128 x 40 kernel wherever it fits (one n-tile per CTA in one
+// wave, the tile's hi/lo in shared memory: the seed shape, 2 m-tiles x 64 splits = 128 CTAs; its efficiency 1.0 makes
+// it win over the 40-wide TMA kernel there: 19.1-19.3 us against 22.2-22.5 in the twelfth session's bench calls), in
+// its 3-D-copy form when D % 32 == 0 (listed first, so it wins the tie), and before that its K-split pairs of 128 x 80
+// tiles, 3xFP16 first (the same cost per CTA in the plan's model, so listed first to win the tie where they fit: the
+// seed shape, 2 m-tiles x 32 pairs = 128 CTAs).  The bench
 // also builds the others (INFONCE_V3_ALL_VARIANTS: the eighth session's register-fed tiles, the B-resident kernel with
 // the whole tile split in the prologue, the producer-warpgroup kernel, one-warpgroup CTAs two per SM) to time them;
 // the extension does not compile them.  All of them compile without register spills (ptxas -v), and without ptxas's
@@ -1908,8 +1926,6 @@ struct WgVariant {
 static const WgVariant kWgVariants[] = {
     {"tma_n40_s4", 2, 40, 4, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 40, 4, 4, true>, 0.85, true},
     {"tma_n128_s3", 2, 128, 3, 4, true, WG_PLAIN, infonce_wgmma_kernel<2, 128, 3, 4, true>, 1.00, true},
-    {"f16_bres3d_ks2_n80_s4k2_xa", 2, 80, 4, 8, true, WG_BRES, infonce_wgmma_bres_kernel<80, 4, 2, 2, true, 2, true, true>,
-     1.00, true, true, 2, true, true},
     {"f16_bres3d_ks2_n80_s4k1", 2, 80, 4, 4, true, WG_BRES, infonce_wgmma_bres_kernel<80, 4, 1, 2, true, 2, true>, 1.00,
      true, true, 2, true},
     {"f16_bres3d_n40_s2k2", 2, 40, 2, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 2, 2, 2, true, 1, true>, 1.00,
@@ -1929,6 +1945,8 @@ static const WgVariant kWgVariants[] = {
      false, true, 2, true},
     {"f16_bres3d_n40_s3k2", 2, 40, 3, 8, true, WG_BRES, infonce_wgmma_bres_kernel<40, 3, 2, 2, true, 1, true>, 1.00,
      false, true, 1, true},
+    {"f16_bres3d_ks2_n80_s4k2_xa", 2, 80, 4, 8, true, WG_BRES, infonce_wgmma_bres_kernel<80, 4, 2, 2, true, 2, true, true>,
+     1.00, false, true, 2, true, true},
 #endif
 };
 constexpr int kNumWgVariants = (int)(sizeof(kWgVariants) / sizeof(kWgVariants[0]));
