@@ -13,7 +13,8 @@
 //                misaligned bases, k tails, ragged tiles, several n-tiles per CTA, tiny losses), for fast.py,
 //                v3 auto, every v3 variant and forced split counts; bitwise determinism of v3
 //     time_seed  seed shape 256x512 N=2560: fast.py, v3 auto, every variant; an empty kernel (the timing floor);
-//                v3 auto over D (fixed cost vs K loop)
+//                the harness's conditions (HARNESS-LIKE: fresh input sets, calls queued in batches of 32); v3 auto
+//                over D (fixed cost vs K loop)
 //     time_big   4096x1024 N=65536: fast.py, v3 auto and the wide variants (timing); v3 vs fast.py loss, and
 //                4 rows' losses against a float64 CPU reference
 //     one        (only when named) five flushed seed-shape calls of one variant (INFONCE_ONE_VARIANT=name), for ncu
@@ -22,7 +23,8 @@
 //                thread 0's K-loop clocks per phase (INFONCE_PROBE_VARIANT=name stamps that variant).  build.sh also
 //                builds infonce_probe_stamps, infonce_probe_nofence (-DINFONCE_V3_NO_PROXY_FENCE: timing only) and
 //                infonce_probe_tma255 (stamps, TMA copies issued by thread 255 instead of thread 0)
-// Timing: CUDA events around each call, a 256 MB memset before every call (no input left in L2), median.
+// Timing: CUDA events around each call, a 256 MB memset before every call (no input left in L2), median; each call
+// synchronised (the harness queues its calls: HARNESS-LIKE measures the difference).
 // Every wait is bounded (5 s per call, 55 s per group via alarm, 55 s for the whole run): a hang prints TIMEOUT
 // and the group's process exits; the driver goes on with the next group.
 #include <cuda_runtime.h>
@@ -523,6 +525,38 @@ static double upload_seed(DevProblem& P) {
     return ref_loss(hq, hp, hn, c.B, c.D, c.N, c.T);
 }
 
+// As the harness times: calls queued in batches (flush, event, call, event; one synchronise per batch), the call
+// index passed to the launch so that it can take a different input set each time.
+template <class F>
+static double time_median_queued(F&& launch, int reps, int batch) {
+    std::vector<cudaEvent_t> a(batch), b(batch);
+    for (int j = 0; j < batch; ++j) {
+        CK(cudaEventCreate(&a[j]));
+        CK(cudaEventCreate(&b[j]));
+    }
+    std::vector<float> ms;
+    for (int i0 = 0; i0 < reps + batch; i0 += batch) {
+        for (int j = 0; j < batch; ++j) {
+            CK(cudaMemsetAsync(g_flush, (i0 + j) & 0xff, kFlushBytes));
+            CK(cudaEventRecord(a[j]));
+            launch(i0 + j);
+            CK(cudaEventRecord(b[j]));
+        }
+        sync_or_die("queued batch");
+        for (int j = 0; j < batch && i0 > 0; ++j) {  // the first batch warms up
+            float t;
+            CK(cudaEventElapsedTime(&t, a[j], b[j]));
+            ms.push_back(t);
+        }
+    }
+    for (int j = 0; j < batch; ++j) {
+        CK(cudaEventDestroy(a[j]));
+        CK(cudaEventDestroy(b[j]));
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
 static int group_time_seed() {
     const Case& c = kSeedCase;
     DevProblem P;
@@ -575,6 +609,37 @@ static int group_time_seed() {
     }
     printf("SUMMARY seed 256x512 N=2560: fast.py %.4f ms, v3 auto %.4f ms (%.2fx), fastest v3 row: %s %.4f ms; "
            "empty kernel %.4f ms\n", ms_fast, ms_auto, ms_fast / ms_auto, best.c_str(), ms_best, t_empty);
+    {
+        // The harness's conditions, one at a time: its inputs are drawn fresh for every call (other addresses, other
+        // tensor maps), and its calls are queued 32 to a batch instead of synchronised one by one.
+        constexpr int kSets = 16;
+        std::vector<DevProblem> sets(kSets);
+        const Plan pl = runs[0].second;
+        for (auto& Q : sets) {  // one workspace for all, as the extension's per-device workspace
+            upload_seed(Q);
+            Q.ws = P.ws, Q.ws_cap = P.ws_cap, Q.counters = P.counters, Q.counters_cap = P.counters_cap;
+        }
+        const double us_same = 1e3 * time_median_guarded([&] { check_launch(v3_launch(P, pl), "v3"); }, reps, "v3");
+        const double us_turn = 1e3 * time_median_guarded([&, k = 0]() mutable {
+            check_launch(v3_launch(sets[k++ % kSets], pl), "v3 sets"); }, reps, "v3 sets");
+        const double us_q = 1e3 * time_median_queued([&](int) { check_launch(v3_launch(P, pl), "v3 q"); }, reps, 32);
+        const double us_qturn = 1e3 * time_median_queued(
+            [&](int i) { check_launch(v3_launch(sets[i % kSets], pl), "v3 q sets"); }, reps, 32);
+        printf("HARNESS-LIKE v3 auto, us: one input set, synchronised %.2f; %d sets in turn %.2f; queued 32 per batch "
+               "%.2f; queued, sets in turn %.2f\n", us_same, kSets, us_turn, us_q, us_qturn);
+        // Whether queueing costs every kernel or this one: the empty kernel and fast.py, synchronised and queued.
+        const V1Plan v1 = fast_v1_plan(P);
+        const double e_s = 1e3 * time_median_guarded([&] { empty_kernel<<<1, 32>>>(); }, reps, "empty");
+        const double e_q = 1e3 * time_median_queued([&](int) { empty_kernel<<<1, 32>>>(); }, reps, 32);
+        const double f_s = 1e3 * time_median_guarded([&] { fast_v1_launch(P, v1); }, reps, "fast.py");
+        const double f_q = 1e3 * time_median_queued([&](int) { fast_v1_launch(P, v1); }, reps, 32);
+        printf("HARNESS-LIKE synchronised / queued, us: empty kernel %.2f / %.2f; fast.py %.2f / %.2f\n", e_s, e_q,
+               f_s, f_q);
+        for (auto& Q : sets) {
+            Q.ws = nullptr, Q.counters = nullptr;
+            Q.release();
+        }
+    }
     P.release();
     // Fixed cost vs K loop: the auto plan at B=256, N=2560 does not depend on D.
     printf("  v3 auto over D (B=256, N=2560; plan independent of D): fixed cost = the D -> 0 intercept\n");
