@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
     CK(cudaFuncSetAttribute(shipped_end_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
     infonce_v3::WgParams P = {};
     P.B = B_ROWS, P.S = S, P.part = A.part, P.pos = pos, P.counters = A.counter, P.out = A.out;
+    P.inv_b = 1.0 / B_ROWS;
 
     // the reference loss, from the partials as the spin kernel writes them
     spin_kernel<<<GRID, NT, SMEM>>>(A);

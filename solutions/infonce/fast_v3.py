@@ -46,6 +46,9 @@ us at the seed shape against 18.1-18.3 for the 3xTF32 pairs in the same calls; w
 Twenty-second session: the kernels' code compacted (slow paths out of line: after each L2 flush every line of code
 comes from memory); make eval run 6215a01a: 0.01594 ms at the seed shape, 4.716 ms at the big shape.  The positive
 cosines after the K loop with a K split: 14.6-14.7 us at the seed shape in the bench.
+Twenty-fifth session: the folds' arithmetic (the max of the raw dot products times the scale, one FFMA and one ex2
+per term, four independent chains), the K split's positive cosines from rows staged in shared memory with float norms
+refined in double, 1/B from the host: 14.4-14.6 us at the seed shape in the bench against 14.7 for the previous file.
 """
 import torch
 import torch.nn as nn
@@ -502,12 +505,14 @@ struct WgParams {
     int B, D, N, S, n_tiles;
     float scale2;
     double inv_t;
+    double inv_b;       // 1 / B, for the mean
     float2* part;       // [S][B]
     double* pos;        // [B]
     unsigned* counters; // [1], zero between launches
     float* out;
     float* dbg_logits;  // optional [B][N]: raw dot products (debug)
     double* dbg_rowloss;  // optional [B]: per-row loss (debug)
+    int cos_stage;        // K-split kernel: the launch has room for the staged positive rows (cosines_after_loop)
 };
 
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
@@ -641,6 +646,12 @@ __device__ __forceinline__ void mbar_arrive_remote(uint32_t bar) {
 __device__ __forceinline__ void st_async_f4(uint32_t addr, float a, float b, float c, float d, uint32_t bar) {
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
                  ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d), "r"(bar) : "memory");
+}
+// A 1-D bulk copy (TMA engine) of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into
+// this CTA's shared memory, counted on mbarrier `bar`.
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
 // Diagnostics, compiled only into the standalone bench's probe builds (build.sh): INFONCE_V3_STAMPS records
@@ -898,10 +909,10 @@ __device__ __noinline__ void recompute_nonfinite(const float* q, const float* n,
 }
 template <int BN>
 __device__ __forceinline__ void fix_nonfinite(const WgParams& P, float (&tot)[BN / 2], int rA, int colb, int D) {
-    bool bad = false;
+    bool bad[4] = {false, false, false, false};  // (four chains of predicate ops instead of one)
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) bad |= !isfinite(tot[i]);
-    if (!bad) return;
+    for (int i = 0; i < BN / 2; ++i) bad[i & 3] |= !isfinite(tot[i]);
+    if (!((bad[0] || bad[1]) || (bad[2] || bad[3]))) return;
     float t[BN / 2];  // (tot itself stays in registers: only this copy's address is taken)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) t[i] = tot[i];
@@ -986,6 +997,54 @@ __device__ __forceinline__ void positive_cosines(const WgParams& P, int row0, in
     }
 }
 
+// K split: the positive cosines of this CTA's rows (those of positive_cosines: rows split + S j of [row0, row0 + BM))
+// computed by the warpgroup that sends its sums to the peer, after its loop: warp w takes j = w, w + 4, ...  Rows j <
+// kCosStaged come from shared memory (q then p, D floats each, per row at `stage`), copied there in the prologue
+// behind the loop's copies and counted on mbarrier `bar`, when the launch had room for them (P.cos_stage); others
+// from global memory.  After the loop the warpgroup would otherwise wait on L2 for them (the cluster barrier's acquire
+// also empties L1), and it is on the path of the row's fold only as long as it outlasts the keeper's wait.  The norms
+// without a division or a square root in double: rsqrtf refined by one Newton step in double (relative error ~1e-13).
+constexpr int kCosStaged = 2;
+__device__ __forceinline__ double inv_norm(float ss) {  // 1 / max(sqrt(ss), 1e-8), as torch clamps each norm
+    if (!(ss > 1e-16f)) return ss == ss ? 1e8 : (double)ss;  // (NaN stays NaN)
+    if (ss == INFINITY) return 0.0;
+    const double y = (double)rsqrtf(ss), d = (double)ss;
+    return y * fma(-0.5 * d * y, y, 1.5);
+}
+__device__ __forceinline__ void cosines_after_loop(const WgParams& P, int row0, int BM, int split, int warp, int lane,
+                                                   uint32_t stage, uint32_t bar) {
+    const int B = P.B, D = P.D, S = P.S;
+    for (int j = warp, r = split + S * warp; r < BM; j += 4, r += 4 * S) {
+        const int row = row0 + r;
+        if (row >= B) break;
+        float dot = 0.f, qq = 0.f, pp = 0.f;
+        auto add = [&](const float4& a, const float4& b) {
+            dot = fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, dot))));
+            qq = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, qq))));
+            pp = fmaf(b.x, b.x, fmaf(b.y, b.y, fmaf(b.z, b.z, fmaf(b.w, b.w, pp))));
+        };
+        if (P.cos_stage && j < kCosStaged) {
+            while (!mbar_try(bar, 0u)) {
+            }
+            const uint32_t qa = stage + (uint32_t)(2 * j * D * 4), pa = qa + (uint32_t)(D * 4);
+#pragma unroll 4
+            for (int k = lane; k < D / 4; k += 32) add(lds4(qa + 16u * k), lds4(pa + 16u * k));
+        } else {
+            const float4* q4 = reinterpret_cast<const float4*>(P.q + (size_t)row * D);
+            const float4* p4 = reinterpret_cast<const float4*>(P.p + (size_t)row * D);
+#pragma unroll 4
+            for (int k = lane; k < D / 4; k += 32) add(__ldg(q4 + k), __ldg(p4 + k));
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            qq += __shfl_xor_sync(0xffffffffu, qq, off);
+            pp += __shfl_xor_sync(0xffffffffu, pp, off);
+        }
+        if (lane == 0) P.pos[row] = (double)dot * inv_norm(qq) * inv_norm(pp) * P.inv_t;
+    }
+}
+
 // Debug only (WgParams::dbg_logits): a tile's raw dot products in the accumulator layout (see fix_nonfinite), out of
 // line for the reason given at recompute_nonfinite.
 __device__ __noinline__ void store_tile_logits(float* dbg, const float* acc, int n_acc, int rA, int colb, int B, int N) {
@@ -1003,44 +1062,70 @@ __device__ __forceinline__ float ex2_ftz(float x) {
     return y;
 }
 
+// fold_row's slow case: x[i] (column colb + 8 (i >> 1) + (i & 1)) times f, or -inf past column N.
+__device__ __noinline__ void mask_row(float* x, int nv, int colb, int N, float f) {
+    for (int i = 0; i < nv; ++i) x[i] = colb + 8 * (i >> 1) + (i & 1) < N ? f * x[i] : -INFINITY;
+}
+// Fold one row of a finished n-tile (x[2j + e]: column colb + 8j + e, colb = tile * BN + 2c) into the row's running
+// (max, sum of exp2) of the logits x * scale2 (scale2 = log2(e)/T), masked at N (fast.py's epilogue).  The quad (4
+// lanes of a row) shares the max.  Since the scale is positive and rounding is monotone, the max of the scaled logits
+// is the scaled max of the raw dot products, and each term is one FFMA and one ex2: 4 instructions per element
+// instead of 7.  Only a ragged tile (columns past N) or a scale that is not positive (T <= 0, T = inf, NaN) takes the
+// masking block first (negative: the signs of x and of the scale flipped, which is exact; zero: every logit 0).
+// Partial maxima and sums in 4 independent chains: this runs once per tile on one warp per SM sub-partition, so its
+// time is its dependency chain (twenty-fifth session).
+template <int BN>
+__device__ __forceinline__ void fold_row(const WgParams& P, const float (&xin)[BN / 4], float& run_m, float& run_s,
+                                         int colb) {
+    constexpr int NV = BN / 4;
+    const int N = P.N;
+    const float scale = P.scale2, s2 = scale > 0.f ? scale : scale == 0.f ? 1.f : fabsf(scale);
+    float x[NV];
+#pragma unroll
+    for (int i = 0; i < NV; ++i) x[i] = xin[i];
+    // (warp-uniform: the tile's last column, the scale)
+    if (colb - 2 * (int)(threadIdx.x & 3) + BN > N || !(scale > 0.f)) {
+        float t[NV];  // (out of line on a copy, as fix_nonfinite: one copy of the fold's code)
+#pragma unroll
+        for (int i = 0; i < NV; ++i) t[i] = x[i];
+        mask_row(t, NV, colb, N, scale > 0.f ? 1.f : scale == 0.f ? 0.f : -1.f);
+#pragma unroll
+        for (int i = 0; i < NV; ++i) x[i] = t[i];
+    }
+    float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < NV; ++i) mx[i & 3] = fmaxf(mx[i & 3], x[i]);
+    float tmax = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+    const float m_new = fmaxf(run_m, tmax * s2);
+    // Branch-free: with no valid column yet, m_new = -inf, every term is ex2_ftz(-inf) = 0 and the state stays
+    // (-inf, 0).
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    float sa[4] = {run_s * ex2_ftz(run_m - m_use), 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < NV; ++i) sa[i & 3] += ex2_ftz(fmaf(x[i], s2, -m_use));
+    run_s = (sa[0] + sa[1]) + (sa[2] + sa[3]);
+    run_m = m_new;
+}
+
 // Fold a finished n-tile's accumulator (wgmma m64nBN f32 layout: this thread holds rows rA, rA + 8 of its warp's 16,
-// columns colb + 8j + {0,1}, colb = tile * BN + 2c) into the running (max, sum of exp2) of its two rows, scaled by
-// log2(e)/T and masked at N (fast.py's epilogue).  The quad (4 lanes of a row) shares the max.
+// columns colb + 8j + {0,1}: element 4j + 2h + e) into the running (max, sum of exp2) of its two rows.
 template <int BN>
 __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[BN / 2], float (&run_m)[2],
                                           float (&run_s)[2], int rA, int colb) {
-    constexpr int NJ = BN / 8;
-    const int N = P.N;
     if (P.dbg_logits != nullptr) {
         float t[BN / 2];
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) t[i] = acc[i];
-        store_tile_logits(P.dbg_logits, t, BN / 2, rA, colb, P.B, N);
+        store_tile_logits(P.dbg_logits, t, BN / 2, rA, colb, P.B, P.N);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float v[2 * NJ];
-        float tmax = -INFINITY;
+        float x[BN / 4];
 #pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int col = colb + 8 * j + e;
-                const float x = acc[4 * j + 2 * h + e];
-                v[2 * j + e] = col < N ? x * P.scale2 : -INFINITY;
-                tmax = fmaxf(tmax, v[2 * j + e]);
-            }
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-        const float m_new = fmaxf(run_m[h], tmax);
-        // Branch-free: with no valid column yet, m_new = -inf, every term is ex2_ftz(-inf) = 0 and the state
-        // stays (-inf, 0).
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        float s = run_s[h] * ex2_ftz(run_m[h] - m_use);
-#pragma unroll
-        for (int j = 0; j < 2 * NJ; ++j) s += ex2_ftz(v[j] - m_use);
-        run_s[h] = s;
-        run_m[h] = m_new;
+        for (int i = 0; i < BN / 4; ++i) x[i] = acc[4 * (i >> 1) + 2 * h + (i & 1)];
+        fold_row<BN>(P, x, run_m[h], run_s[h], colb);
     }
 }
 
@@ -1108,13 +1193,16 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
 #pragma unroll
             for (int u = 0; u < kMergeChunk; ++u)
                 v[u] = k0 + u < nS ? __ldcg(part + (size_t)(k0 + u) * nB + row) : make_float2(-INFINITY, 0.f);
-            float mr = m;
+            // (four independent chains: the merge is one SM's dependency chain)
+            float mq[4] = {m, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-            for (int u = 0; u < kMergeChunk; ++u) mr = fmaxf(mr, v[u].x);  // an empty partial is (-inf, 0)
+            for (int u = 0; u < kMergeChunk; ++u) mq[u & 3] = fmaxf(mq[u & 3], v[u].x);  // an empty partial: (-inf, 0)
+            const float mr = fmaxf(fmaxf(mq[0], mq[1]), fmaxf(mq[2], mq[3]));
             const float mu = mr == -INFINITY ? 0.f : mr;
-            sum *= ex2_ftz(m - mu);
+            float sq[4] = {sum * ex2_ftz(m - mu), 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int u = 0; u < kMergeChunk; ++u) sum = fmaf(v[u].y, ex2_ftz(v[u].x - mu), sum);
+            for (int u = 0; u < kMergeChunk; ++u) sq[u & 3] = fmaf(v[u].y, ex2_ftz(v[u].x - mu), sq[u & 3]);
+            sum = (sq[0] + sq[1]) + (sq[2] + sq[3]);
             m = mr;
         }
         const double x = ((double)m + (double)log2f(sum)) * LN2 - pv;
@@ -1131,7 +1219,7 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
         double t = 0.0;
 #pragma unroll
         for (int w = 0; w < NT / 32; ++w) t += s_wsum[w];
-        P.out[0] = (float)(t / (double)B);
+        P.out[0] = (float)(t * P.inv_b);  // (no double division on the merger's path)
         P.counters[0] = 0u;
     }
     V3_STAMP(6, true);  // merger: output written
@@ -1577,6 +1665,7 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
     __shared__ alignas(8) unsigned long long s_xfull;     // KS = 2: the peer's sums have landed (their bytes counted)
     __shared__ alignas(8) unsigned long long s_xfree;     // XA: the peer's exchange buffer may be written
+    __shared__ alignas(8) unsigned long long s_cfull;     // KS = 2: the staged positive rows have landed
 
     V3_STAMP(0, true);  // entry
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
@@ -1711,6 +1800,7 @@ __global__ void __launch_bounds__(256, 1)
         for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
         if (KS > 1) mbar_init(smem_u32(&s_xfull), 1u);
         if (XA) mbar_init(smem_u32(&s_xfree), 1u);
+        if (KS > 1) mbar_init(smem_u32(&s_cfull), 1u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         if (KS > 1) mbar_arrive_expect_tx(smem_u32(&s_xfull), (uint32_t)(128 * NACC * 4));  // the peer's st.async
     }
@@ -1722,13 +1812,30 @@ __global__ void __launch_bounds__(256, 1)
     for (int s = 0; s < PD; ++s)
         if (s < total) tma_issue(s);
     b_copy(t_begin, 1);
+    // K split: this CTA's first positive rows of q and p (cosines_after_loop), behind every copy the loop waits for,
+    // into shared memory after the B tile and the exchange buffer (wg_smem_bytes' caller, make_plan, adds the room).
+    const uint32_t cos_stage = b_res + (uint32_t)(KTR * KT_BYTES + (XA ? 0 : BN * 256));
+    if (KS > 1 && NG > 1 && P.cos_stage && tid == 0) {
+        const uint32_t bar = smem_u32(&s_cfull), rb = (uint32_t)(D * 4);
+        int rows = 0;
+        while (rows < kCosStaged && split + S * rows < cos_rows && cos_row0 + split + S * rows < B) ++rows;
+        mbar_arrive_expect_tx(bar, (uint32_t)rows * 2u * rb);
+#pragma unroll 1
+        for (int j = 0; j < rows; ++j) {
+            const size_t row = (size_t)(cos_row0 + split + S * j) * D;
+            bulk_copy_g2s(cos_stage + 2u * j * rb, P.q + row, rb, bar);
+            bulk_copy_g2s(cos_stage + (2u * j + 1u) * rb, P.p + row, rb, bar);
+        }
+    }
     // The positive cosines: with one group, while group 0's copies are in flight (all warps); else at the start of
     // group 1's split (which always happens on the first tile), by the last two warps (more when the group's items
     // fill fewer warps), from rows prefetched into L2 now; with a K split, after the loop, by the warpgroup that sends
-    // its sums to the peer (it waits for nothing then, while the keeper waits and folds).  Group 1's split is on the
-    // loop's critical path: with the cosines in it the seed shape took 15.2-15.6 us, without 14.6-15.0 (bench).
+    // its sums to the peer (it waits for nothing then, while the keeper waits and folds), from the rows staged above
+    // (cosines_after_loop; the others prefetched into L2 now).  Group 1's split is on the loop's critical path: with
+    // the cosines in it the seed shape took 15.2-15.6 us, without 14.6-15.0 (bench).
     const int cos_warp0 = NG == 1 ? 0 : min(NT / 32 - 2, BN * (KTR - FG) / 32);
-    if (NG > 1) positive_cosines<true>(P, cos_row0, cos_rows, split, warp, NT / 32, lane);
+    const bool all_staged = KS > 1 && P.cos_stage && S * kCosStaged >= cos_rows;  // (then no prefetch is needed)
+    if (NG > 1 && !all_staged) positive_cosines<true>(P, cos_row0, cos_rows, split, warp, NT / 32, lane);
     b_split(0, 0u, NG == 1 ? 0 : -1);
     V3_STAMP(1, true);  // prologue done: B group 0 split and stored
 
@@ -1868,7 +1975,8 @@ __global__ void __launch_bounds__(256, 1)
             for (int v = 0; v < NACC / 4; ++v)
                 st_async_f4(dst + (uint32_t)(v * 128 * 16), dot(4 * v), dot(4 * v + 1), dot(4 * v + 2), dot(4 * v + 3),
                             pbar);
-            if (NG > 1) positive_cosines(P, cos_row0, cos_rows, split, wq, 4, lane);  // (see cos_warp0)
+            if (NG > 1)  // (see cos_warp0)
+                cosines_after_loop(P, cos_row0, cos_rows, split, wq, lane, cos_stage, smem_u32(&s_cfull));
         } else {
             while (!mbar_try_cluster(smem_u32(&s_xfull), 0u)) {
             }
@@ -2015,6 +2123,7 @@ struct Plan {
     int S = 1, m_tiles = 1, n_tiles = 1, grid = 1, threads = 0, smem = 0;
     size_t off_pos = 0, off_part = 0, ws_bytes = 0;  // workspace layout (bytes)
     int counters = 1;                                              // zeroed unsigned counters needed
+    bool cos_stage = false;  // K split: shared memory holds this CTA's first kCosStaged positive rows of q and p
 };
 
 inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -2075,6 +2184,10 @@ inline Plan make_plan(int B, int D, int N, bool vec4, int sms, int mode, int var
         pl.n_tiles = (N + v.bn - 1) / v.bn;
         pl.threads = 128 * v.wgs + (v.kind == WG_PROD ? 128 : 0);
         pl.smem = (int)wg_smem_bytes(v, D);
+        // K split: room for the positive rows that the sending warpgroup reads after its loop, where it fits
+        const long long cos_bytes = (long long)kCosStaged * 2 * D * (long long)sizeof(float);
+        if (v.kind == WG_BRES && v.ks > 1 && pl.smem + cos_bytes <= kMaxDynSmem)
+            pl.smem += (int)cos_bytes, pl.cos_stage = true;
         pl.counters = 1;
     } else {
         const LegacyCfg cfgs[2] = {legacy_cfg<INFONCE_V3_LEGACY_BIG>(1.0), legacy_cfg<INFONCE_V3_LEGACY_SMALL>(0.7)};
@@ -2172,9 +2285,10 @@ inline cudaError_t launch(const Plan& pl, const float* q, const float* p, const 
         WgParams P;
         P.q = q, P.p = p, P.n = n;
         P.B = B, P.D = D, P.N = N, P.S = pl.S, P.n_tiles = pl.n_tiles;
-        P.scale2 = scale2, P.inv_t = inv_t;
+        P.scale2 = scale2, P.inv_t = inv_t, P.inv_b = 1.0 / B;
         P.part = part, P.pos = pos, P.counters = counters, P.out = out;
         P.dbg_logits = dbg_logits, P.dbg_rowloss = dbg_rowloss;
+        P.cos_stage = pl.cos_stage ? 1 : 0;
         CUtensorMap tmA = {}, tmB = {};
         if (v.tma) {
             // BRES: a box per warpgroup (A3D: of kh / 4 k-tiles)
