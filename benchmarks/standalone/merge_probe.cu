@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(NT, 1) shipped_end_kernel(const Args A, const 
     if (tid == 0) A.stamps[(size_t)blockIdx.x * NSTAMP] = now();
     __shared__ double s_wsum[NT / 32];
     __shared__ int s_flag;
-    infonce_v3::finish_cta<NT>(P, run_m, run_s, rA, tid < 128 && (lane & 3) == 0, split, s_wsum, &s_flag);
+    infonce_v3::finish_cta<NT>(P, run_m, run_s, rA, tid < 128 && (lane & 3) == 0 ? 3 : 0, split, s_wsum, &s_flag);
 }
 
 __global__ void __launch_bounds__(NT, 1) spin_kernel(const Args A) {  // the stand-in K loop and its stores alone

@@ -647,6 +647,7 @@ __device__ __forceinline__ void st_async_f4(uint32_t addr, float a, float b, flo
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
                  ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d), "r"(bar) : "memory");
 }
+
 // A 1-D bulk copy (TMA engine) of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into
 // this CTA's shared memory, counted on mbarrier `bar`.
 __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
@@ -920,6 +921,20 @@ __device__ __forceinline__ void fix_nonfinite(const WgParams& P, float (&tot)[BN
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) tot[i] = t[i];
 }
+// The same for one row's BN / 4 dot products (x[2j + e]: row rA + 8h, column colb + 8j + e).
+template <int BN>
+__device__ __forceinline__ void fix_nonfinite_row(const WgParams& P, float (&x)[BN / 4], int h, int rA, int colb, int D) {
+    bool bad[4] = {false, false, false, false};  // (four chains of predicate ops instead of one)
+#pragma unroll
+    for (int i = 0; i < BN / 4; ++i) bad[i & 3] |= !isfinite(x[i]);
+    if (!((bad[0] || bad[1]) || (bad[2] || bad[3]))) return;
+    float t[BN / 2];  // the row in the places of row rA + 8h's h = 0 elements; zeros (finite: kept) in the others
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) t[i] = (i & 2) ? 0.f : x[2 * (i >> 2) + (i & 1)];
+    recompute_nonfinite(P.q, P.n, t, BN / 2, rA + 8 * h, colb, P.B, P.N, D);
+#pragma unroll
+    for (int i = 0; i < BN / 4; ++i) x[i] = t[4 * (i >> 1) + (i & 1)];
+}
 
 // The negatives (B) items of a thread of NT (tile rows (tid >> 2) + (NT / 4) u, physical floats 8c + 4v + 0..3 in b[u][v])
 // as tf32 hi and lo into a B slot: float 8c + i of a row goes to chunk i, word c (the K permutation); bst is the
@@ -1047,10 +1062,12 @@ __device__ __forceinline__ void cosines_after_loop(const WgParams& P, int row0, 
 
 // Debug only (WgParams::dbg_logits): a tile's raw dot products in the accumulator layout (see fix_nonfinite), out of
 // line for the reason given at recompute_nonfinite.
-__device__ __noinline__ void store_tile_logits(float* dbg, const float* acc, int n_acc, int rA, int colb, int B, int N) {
+// `rows`: bit h stores row rA + 8h.
+__device__ __noinline__ void store_tile_logits(float* dbg, const float* acc, int n_acc, int rA, int colb, int B, int N,
+                                               int rows) {
     for (int i = 0; i < n_acc; ++i) {
         const int row = acc_row(i, rA), col = acc_col(i, colb);
-        if (row < B && col < N) dbg[(size_t)row * N + col] = acc[i];
+        if (((rows >> ((i >> 1) & 1)) & 1) && row < B && col < N) dbg[(size_t)row * N + col] = acc[i];
     }
 }
 
@@ -1118,7 +1135,7 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
         float t[BN / 2];
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) t[i] = acc[i];
-        store_tile_logits(P.dbg_logits, t, BN / 2, rA, colb, P.B, P.N);
+        store_tile_logits(P.dbg_logits, t, BN / 2, rA, colb, P.B, P.N, 3);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -1135,8 +1152,9 @@ __device__ __forceinline__ void fold_tile(const WgParams& P, const float (&acc)[
 // producer warpgroup of the PROD kernel, whose copy runs under its own small register budget).
 template <int NT, int NM = NT, bool MERGES = true>
 __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_m)[2], const float (&run_s)[2], int rA,
-                                           bool writer, int split, double* s_wsum, int* s_flag) {
-    // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums (lane c == 0 of the quad writes).
+                                           int writes, int split, double* s_wsum, int* s_flag) {
+    // This CTA's (max, sum) per row: the quad shares the max; add the quad's sums (lane c == 0 of the quad writes
+    // row rA + 8h where bit h of `writes` is set).
     const int B = P.B, S = P.S;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 #pragma unroll
@@ -1145,7 +1163,7 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const int row = rA + 8 * h;
-        if (writer && row < B) P.part[(size_t)split * B + row] = make_float2(run_m[h], sum);
+        if (((writes >> h) & 1) && row < B) P.part[(size_t)split * B + row] = make_float2(run_m[h], sum);
     }
 
     // One ticket: the last CTA to finish merges every row.  The barrier orders every thread's writes (partials,
@@ -1473,7 +1491,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 2 : 1)
     wg_wait<0>();  // (already done by the last fold; keeps the wgmma pipeline closed on every path)
     V3_STAMP(3, true);  // K loop and last fold done
 
-    finish_cta<NT>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);
+    finish_cta<NT>(P, run_m, run_s, rA, c == 0 ? 3 : 0, split, s_wsum, &s_flag);
 }
 
 
@@ -1553,7 +1571,7 @@ __global__ void __launch_bounds__(384, 1)
         __syncwarp();
         // Positive term for this m-tile's rows with row % S == split, off the consumers' path.
         positive_cosines(P, row0, BM, split, warp - NC / 32, 4, lane);
-        finish_cta<NT, NC, false>(P, run_m, run_s, rA, false, split, s_wsum, &s_flag);  // barriers only
+        finish_cta<NT, NC, false>(P, run_m, run_s, rA, 0, split, s_wsum, &s_flag);  // barriers only
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
         V3_STAMP(1, true);  // prologue done
@@ -1607,7 +1625,7 @@ __global__ void __launch_bounds__(384, 1)
         }
         wg_wait<0>();
         V3_STAMP(3, true);  // K loop and last fold done
-        finish_cta<NT, NC>(P, run_m, run_s, rA, c == 0, split, s_wsum, &s_flag);  // the merge, under 224 registers
+        finish_cta<NT, NC>(P, run_m, run_s, rA, c == 0 ? 3 : 0, split, s_wsum, &s_flag);  // the merge, under 224 registers
     }
 }
 
@@ -1633,13 +1651,13 @@ __global__ void __launch_bounds__(384, 1)
 // the r-th half of the iterations, so each CTA holds a BN x D / 2 tile of B and streams only its half of A: at the seed
 // shape a 128 x 80 tile per pair instead of 128 x 40 per CTA, with half the A traffic, half the A splits and half the
 // wgmma issues per CTA for the same tensor work.  After the loop the pair adds its accumulators through distributed
-// shared memory, each CTA keeping the rows of one warpgroup, and writes one partial per cluster and row: half as many
+// shared memory, each CTA keeping one of every thread's two rows, and writes one partial per cluster and row: half as many
 // partials for the merge to read (the peer's accumulators land in a buffer of their own after the B tile, announced by
 // a remote mbarrier arrive).  The plan gives every cluster exactly one n-tile.  Measured (nineteenth session, bench,
 // seed shape): 18.0-18.3 us against 18.4-18.5 for bres3d_n40_s2k2 in the same calls; by stamps the pair's loops end
 // about 2 us earlier, and the wait for the slower CTA of the pair, the exchange and the 80-column fold take most of it.
-// XA (twenty-second session): with a K split, all of A resident (a stage per iteration, no refills) and the exchange
-// buffer in the first stages of the non-keeping warpgroup's ring, freed by a remote mbarrier arrive once read.  Bench,
+// XA (twenty-second session): with a K split, all of A resident (a stage per iteration, no refills) and each
+// warpgroup's exchange buffer in the first stages of its own ring, freed by a remote mbarrier arrive once read.  Bench,
 // seed shape: 16.4 us against 15.9 for the 4-stage ring at one k-tile per stage; 15.2-15.3 against 15.4-15.6 at two
 // (`s4k2_xa`, automatic in run 6215a01a); 14.9-15.0 against 14.6-14.7 once the positive cosines left group 1's split.
 template <int BN, int PD, int KPI, int FG, bool A3D = false, int KS = 1, bool F16 = false, bool XA = false>
@@ -1663,8 +1681,8 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ int s_flag;
     __shared__ alignas(8) unsigned long long s_full[2 * PD];  // warpgroup w's stage s: s_full[w * PD + s]
     __shared__ alignas(8) unsigned long long s_bfull[2];  // the raw B tile's copies: k-tiles [0, FG), [FG, KTR)
-    __shared__ alignas(8) unsigned long long s_xfull;     // KS = 2: the peer's sums have landed (their bytes counted)
-    __shared__ alignas(8) unsigned long long s_xfree;     // XA: the peer's exchange buffer may be written
+    __shared__ alignas(8) unsigned long long s_xfull[2];  // KS = 2: the peer's sums for warpgroup w have landed
+    __shared__ alignas(8) unsigned long long s_xfree[2];  // XA: the peer's warpgroup w's exchange buffer may be written
     __shared__ alignas(8) unsigned long long s_cfull;     // KS = 2: the staged positive rows have landed
 
     V3_STAMP(0, true);  // entry
@@ -1676,8 +1694,8 @@ __global__ void __launch_bounds__(256, 1)
     const int m_tiles = (B + BM - 1) / BM;
     const int rank = (int)(blockIdx.x % KS), cl = (int)(blockIdx.x / KS);  // 1-D grid, clusters of (KS, 1, 1)
     const int mt = cl % m_tiles, split = cl / m_tiles;  // split: the cluster's partial (S clusters per m-tile)
-    // The positive cosines of the rows this CTA keeps (with a K split: warpgroup `rank`'s), shared out over the S CTAs
-    // that keep them, so that whoever merges a row has waited for the CTA that wrote its cosine.
+    // The positive cosines of the m-tile's rows, shared out over its S clusters (with a K split: its rows [64 rank,
+    // 64 rank + 64) to CTA rank of each cluster).
     const int cos_row0 = mt * BM + (KS == 1 ? 0 : 64 * rank), cos_rows = BM / KS;
     const int wrow0 = mt * BM + 64 * wg;  // the first of the warpgroup's 64 rows
     const int t_q = P.n_tiles / S, t_r = P.n_tiles % S;  // 32-bit, warp-uniform (see infonce_wgmma_kernel)
@@ -1688,10 +1706,11 @@ __global__ void __launch_bounds__(256, 1)
     const int kofs = rank * KTR;                      // the first k-tile of this CTA's K range
     const int total = (t_end - t_begin) * KI;         // iterations of each warpgroup
     const int rA = wrow0 + 16 * wq + g;
-    // XA: the whole K range of A resident (every iteration has a stage of its own, no refills: the plan checks
-    // KI <= PD), and the pair's exchange buffer (XBYTES) in the first stages of the keeper CTA's other warpgroup,
-    // whose 128 threads tell the peer (a remote arrive on its s_xfree) once they have read those stages.
-    constexpr int XBYTES = 128 * (BN / 2) * 4, XSTAGES = (XBYTES + RAW_A - 1) / RAW_A;
+    // K split: each warpgroup receives half of its accumulator from the peer, XBYTES, into an exchange buffer of its
+    // own.  XA: the whole K range of A resident (every iteration has a stage of its own, no refills: the plan checks
+    // KI <= PD), and each warpgroup's exchange buffer in the first stages of its own ring, whose 128 threads tell the
+    // peer (a remote arrive on its s_xfree[wg]) once they have read those stages.
+    constexpr int XBYTES = 128 * (BN / 4) * 4, XSTAGES = (XBYTES + RAW_A - 1) / RAW_A;
     static_assert(!XA || (KS == 2 && PD >= XSTAGES), "XA: a K split whose ring holds the exchange buffer");
     const int x_sig_it = min(total, XSTAGES) - 1;  // XA: the iteration after which the buffer's stages are read
 
@@ -1798,11 +1817,16 @@ __global__ void __launch_bounds__(256, 1)
         for (int s = 0; s < 2 * PD; ++s) mbar_init(smem_u32(&s_full[0]) + 8u * (uint32_t)s, 1u);
 #pragma unroll 1
         for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
-        if (KS > 1) mbar_init(smem_u32(&s_xfull), 1u);
-        if (XA) mbar_init(smem_u32(&s_xfree), 1u);
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+            if (KS > 1) mbar_init(smem_u32(&s_xfull[w]), 1u);
+            if (XA) mbar_init(smem_u32(&s_xfree[w]), 1u);
+        }
         if (KS > 1) mbar_init(smem_u32(&s_cfull), 1u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        if (KS > 1) mbar_arrive_expect_tx(smem_u32(&s_xfull), (uint32_t)(128 * NACC * 4));  // the peer's st.async
+#pragma unroll
+        for (int w = 0; w < 2; ++w)
+            if (KS > 1) mbar_arrive_expect_tx(smem_u32(&s_xfull[w]), (uint32_t)XBYTES);  // the peer's st.async
     }
     __syncthreads();
     // KS = 2: the peer may arrive on s_xfull only once it is initialised; this arrive is waited for after the K loop.
@@ -1884,12 +1908,12 @@ __global__ void __launch_bounds__(256, 1)
                 else
                     split_a_fragments<KH>(x, y, ahi, alo);
                 V3_PHASE(1);  // shared loads and splits
-                const bool x_sig = XA && wg != rank && it == x_sig_it;
+                const bool x_sig = XA && it == x_sig_it;
                 if (!XA || x_sig)  // (XA: no refills) the refill or the XA signal follows
                     bar_sync_named(1 + wg, 128);  // the warpgroup's 128 threads have read stage s
                 if (x_sig) {  // the peer's s_xfree was initialised before the cluster barrier's arrive
                     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-                    if ((tid & 127) == 0) mbar_arrive_remote(cluster_peer_addr(smem_u32(&s_xfree), (uint32_t)wg));
+                    if ((tid & 127) == 0) mbar_arrive_remote(cluster_peer_addr(smem_u32(&s_xfree[wg]), 1u - rank));
                 }
                 V3_STAMP(2, it == 0);  // first stage read by warpgroup 0
                 V3_PHASE(2);  // warpgroup barrier
@@ -1947,56 +1971,66 @@ __global__ void __launch_bounds__(256, 1)
         if constexpr (F16) return tot[i]; else return acc[i];
     };
     if constexpr (KS > 1) {
-        // The pair's sum of its n-tile (one per cluster), folded by rows: CTA r keeps warpgroup r's 64 rows.  Thread t
-        // of the other warpgroup sends its whole accumulator to thread t of the peer (whose rank is that warpgroup),
-        // 16 bytes per st.async, into the peer's exchange buffer (after its B tile); each store counts its bytes on the
-        // peer's s_xfull, whose thread 0 expected all 128 x NACC x 4 of them at the start.  The keeper waits there
-        // (acquire at cluster scope), adds the peer's sums to its own (h_r + h_{1-r}, the same sum of the same two
-        // numbers in either CTA) and folds all BN columns of its rows.  (Measured: 0.1-0.3 us faster at the seed shape
-        // than the same exchange in the A ring between two cluster barriers; st.async 0.2-0.3 us faster again than
-        // plain remote stores and one release arrive per sender.)
+        // The pair's sum of its n-tile (one per cluster), folded by rows: of its two rows rA + 8h every thread keeps
+        // h = rank and sends the other's BN / 4 dot products to the same thread of the peer (the same rows, the other
+        // half of K), which keeps that one.  So both warpgroups of both CTAs fold, one row per thread, and each row
+        // still has one partial per cluster.  16 bytes per st.async into the exchange buffer of the peer's warpgroup,
+        // each store counting its bytes on the peer's s_xfull[wg], whose thread 0 expected all XBYTES at the start.
+        // The receiver waits there (acquire at cluster scope), adds the peer's sums to its own (the same sum of the
+        // same two numbers in either CTA) and folds.  (Until the twenty-fourth session one warpgroup of each CTA kept
+        // both its rows and the other sent all of its accumulator, so half the threads folded twice the columns.)
         V3_STAMP_T(7, true, 0);    // K split: warpgroup 0's loop done, before the exchange
         V3_STAMP_T(8, true, 128);  // warpgroup 1's
-        // The exchange buffer of CTA r (at the same offset in both CTAs): after the B tile, or (XA) at the start of
-        // the ring of CTA r's warpgroup 1 - r.
-        auto xbuf = [&](int r) -> uint32_t {
-            return (XA ? sbase + (uint32_t)((1 - r) * PD * RAW_A) : b_res + (uint32_t)(KTR * KT_BYTES)) +
-                   (uint32_t)((tid & 127) * 16);
-        };
-        if (!XA || wg == rank)  // (XA: the other warpgroup waited inside the loop)
+        // This warpgroup's exchange buffer (at the same offset in both CTAs): after the B tile, or (XA) at the start
+        // of its own ring; the thread's 16-byte piece v at + v * 128 * 16.
+        const uint32_t xbuf = (XA ? a_ring : b_res + (uint32_t)(KTR * KT_BYTES + wg * XBYTES)) + (uint32_t)((tid & 127) * 16);
+        if (!XA)  // (XA: waited for inside the loop)
             asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // the peer's s_xfull is initialised
-        if (wg != rank) {
-            if (XA)
-                while (!mbar_try_cluster(smem_u32(&s_xfree), 0u)) {
-                }
-            const uint32_t dst = cluster_peer_addr(xbuf(wg), (uint32_t)wg);
-            const uint32_t pbar = cluster_peer_addr(smem_u32(&s_xfull), (uint32_t)wg);
-#pragma unroll
-            for (int v = 0; v < NACC / 4; ++v)
-                st_async_f4(dst + (uint32_t)(v * 128 * 16), dot(4 * v), dot(4 * v + 1), dot(4 * v + 2), dot(4 * v + 3),
-                            pbar);
-            if (NG > 1)  // (see cos_warp0)
-                cosines_after_loop(P, cos_row0, cos_rows, split, wq, lane, cos_stage, smem_u32(&s_cfull));
-        } else {
-            while (!mbar_try_cluster(smem_u32(&s_xfull), 0u)) {
+        if (XA)
+            while (!mbar_try_cluster(smem_u32(&s_xfree[wg]), 0u)) {
             }
-            V3_STAMP_T(9, true, 128 * rank);  // the keeper has the peer's sums
-        }
-        if (wg == rank) {
-            float sum[NACC];
+        // element 4j + 2h + e of the accumulator is row h's value i = 2j + e
+        auto row_dot = [&](int h, int i) -> float { return dot(4 * (i >> 1) + 2 * h + (i & 1)); };
+        const uint32_t dst = cluster_peer_addr(xbuf, 1u - rank);
+        const uint32_t pbar = cluster_peer_addr(smem_u32(&s_xfull[wg]), 1u - rank);
+        float mine[NACC / 2];
 #pragma unroll
-            for (int v = 0; v < NACC / 4; ++v) {
-                const float4 r = lds4(xbuf(rank) + (uint32_t)(v * 128 * 16));
-                sum[4 * v] = dot(4 * v) + r.x, sum[4 * v + 1] = dot(4 * v + 1) + r.y;
-                sum[4 * v + 2] = dot(4 * v + 2) + r.z, sum[4 * v + 3] = dot(4 * v + 3) + r.w;
+        for (int v = 0; v < NACC / 8; ++v) {
+            float o[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const float d0 = row_dot(0, 4 * v + u), d1 = row_dot(1, 4 * v + u);
+                mine[4 * v + u] = rank == 0 ? d0 : d1;
+                o[u] = rank == 0 ? d1 : d0;
             }
-            if constexpr (F16) fix_nonfinite<BN>(P, sum, rA, t_begin * BN + 2 * c, D);
-            fold_tile<BN>(P, sum, run_m, run_s, rA, t_begin * BN + 2 * c);
-            V3_STAMP_T(10, true, 128 * rank);  // the keeper's fold done
+            st_async_f4(dst + (uint32_t)(v * 128 * 16), o[0], o[1], o[2], o[3], pbar);
         }
+        if (NG > 1 && wg != rank)  // (see cos_warp0)
+            cosines_after_loop(P, cos_row0, cos_rows, split, wq, lane, cos_stage, smem_u32(&s_cfull));
+        while (!mbar_try_cluster(smem_u32(&s_xfull[wg]), 0u)) {
+        }
+        V3_STAMP_T(9, true, 128 * rank);  // warpgroup `rank` has the peer's sums
+#pragma unroll
+        for (int v = 0; v < NACC / 8; ++v) {
+            const float4 r = lds4(xbuf + (uint32_t)(v * 128 * 16));
+            mine[4 * v] += r.x, mine[4 * v + 1] += r.y, mine[4 * v + 2] += r.z, mine[4 * v + 3] += r.w;
+        }
+        const int colb = t_begin * BN + 2 * c;
+        if constexpr (F16) fix_nonfinite_row<BN>(P, mine, rank, rA, colb, D);
+        if (P.dbg_logits != nullptr) {
+            float t[NACC];
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) t[i] = mine[2 * (i >> 2) + (i & 1)];
+            store_tile_logits(P.dbg_logits, t, NACC, rA, colb, B, P.N, 1 << rank);
+        }
+        float m = -INFINITY, sum = 0.f;
+        fold_row<BN>(P, mine, m, sum, colb);
+        run_m[0] = rank == 0 ? m : -INFINITY, run_s[0] = rank == 0 ? sum : 0.f;
+        run_m[1] = rank == 0 ? -INFINITY : m, run_s[1] = rank == 0 ? 0.f : sum;
+        V3_STAMP_T(10, true, 128 * rank);  // warpgroup `rank`'s fold done
     }
     V3_STAMP(3, true);  // K loop and last fold done
-    finish_cta<NT>(P, run_m, run_s, rA, c == 0 && (KS == 1 || wg == rank), split, s_wsum, &s_flag);
+    finish_cta<NT>(P, run_m, run_s, rA, c != 0 ? 0 : KS == 1 ? 3 : 1 << rank, split, s_wsum, &s_flag);
 }
 
 // ------------------------------------------------------------------------------------------------------------
