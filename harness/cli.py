@@ -16,10 +16,12 @@ from .report import Reporter
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    # allow_abbrev=False everywhere: an abbreviation of a hidden option (`--problem` for `--problems-dir`) or of
+    # one a subcommand lacks must be a usage error, never a silently different run.
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__, allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ev = sub.add_parser("eval", help="build, check and time solutions of problems, then refresh the leaderboard")
+    ev = sub.add_parser("eval", allow_abbrev=False, help="build, check and time solutions of problems, then refresh the leaderboard")
     ev.add_argument("problems", nargs="*", help="problem names (default: all, or the one holding --solution)")
     ev.add_argument("--solution", action="append", default=[], help="a solution file (repeatable); default: every file in solutions/<problem>/")
     ev.add_argument("--seed", type=int, help="replay a run with this master seed (recorded in runs.jsonl)")
@@ -38,25 +40,25 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--results", type=Path, default=RESULTS_DIR, help="where runs.jsonl and the leaderboard live")
     ev.add_argument("--problems-dir", type=Path, default=PROBLEMS_DIR, help=argparse.SUPPRESS)
 
-    lb = sub.add_parser("leaderboard", help="regenerate results/leaderboard.md and .json from runs.jsonl")
+    lb = sub.add_parser("leaderboard", allow_abbrev=False, help="regenerate results/leaderboard.md and .json from runs.jsonl")
     lb.add_argument("--results", type=Path, default=RESULTS_DIR)
 
-    cp = sub.add_parser("compare", help="compare two runs' medians entry by entry (are the timings repeatable?)")
+    cp = sub.add_parser("compare", allow_abbrev=False, help="compare two runs' medians entry by entry (are the timings repeatable?)")
     cp.add_argument("runs", nargs="*", help="two run ids or unique prefixes (default: the last two runs of --problem)")
     cp.add_argument("--problem", help="compare this problem's last two timed runs")
     cp.add_argument("--tolerance", type=float, default=TOLERANCE_PCT, help="largest change allowed, in percent")
     cp.add_argument("--device-bound-only", action="store_true", help="do not count host-bound entries in the verdict")
     cp.add_argument("--results", type=Path, default=RESULTS_DIR)
 
-    sc = sub.add_parser("selfcheck", help="show that each problem's tolerances reject zeros, constants and wrong inputs")
+    sc = sub.add_parser("selfcheck", allow_abbrev=False, help="show that each problem's tolerances reject zeros, constants and wrong inputs")
     sc.add_argument("problems", nargs="*")
     sc.add_argument("--device", default=None)
 
-    bd = sub.add_parser("build", help="build every solution's extension in parallel (eval then finds them cached)")
+    bd = sub.add_parser("build", allow_abbrev=False, help="build every solution's extension in parallel (eval then finds them cached)")
     bd.add_argument("problems", nargs="*")
     bd.add_argument("--jobs", type=int, default=4)
 
-    sub.add_parser("list", help="list problems and their solutions")
+    sub.add_parser("list", allow_abbrev=False, help="list problems and their solutions")
     return parser
 
 
@@ -105,14 +107,37 @@ def _relative(path: Path) -> Path:
         return path
 
 
+def _check_shape_names(problems: list, names: list) -> tuple:
+    """The problems to evaluate under `--shape names`. Every name must be a shape of at least one selected
+    problem (ProblemError otherwise, before anything runs: an unknown name would select no shape at all and
+    the run would check nothing). Each problem then runs the names it has; one that has none of them is
+    left out, since it would run no shape either. Returns (problems to run, problems left out)."""
+    if not names:
+        return problems, []
+    has = {p.name: {s.name for s in p.shapes} for p in problems}
+    for name in dict.fromkeys(names):
+        if any(name in shapes for shapes in has.values()):
+            continue
+        if len(problems) == 1:
+            raise ProblemError(f"problem {problems[0].name} has no shape {name!r}; shapes: {', '.join(s.name for s in problems[0].shapes)}")
+        listing = "; ".join(f"{p.name}: {', '.join(s.name for s in p.shapes)}" for p in problems)
+        raise ProblemError(f"problems {', '.join(p.name for p in problems)} have no shape {name!r}; shapes: {listing}")
+    chosen = [p for p in problems if has[p.name] & set(names)]
+    return chosen, [p for p in problems if p not in chosen]
+
+
 def cmd_eval(args) -> int:
+    named = [_resolve_solution(s) for s in args.solution]
+    names = args.problems or sorted({_problem_of(p, args.problems_dir) for p in named}) or available_problems(args.problems_dir)
+    problems, left_out = _check_shape_names([find_problem(n, args.problems_dir) for n in names], args.shape)
+
     from .runner import Config, Run
 
     device = _device(args.device)
-    named = [_resolve_solution(s) for s in args.solution]
-    names = args.problems or sorted({_problem_of(p, args.problems_dir) for p in named}) or available_problems(args.problems_dir)
-    problems = [find_problem(n, args.problems_dir) for n in names]
     reporter = Reporter(quiet=False)
+    for problem in left_out:
+        reporter.console.print(f"[yellow]{problem.name}: not evaluated, it has none of the shapes named by --shape "
+                               f"({', '.join(dict.fromkeys(args.shape))})[/yellow]")
     if device.type != "cuda":
         reporter.console.print("[yellow]No CUDA device: solutions that build CUDA kernels need a GPU and will not be timed here; "
                                "pure-PyTorch solutions run on the CPU with a wall-clock timer.[/yellow]")

@@ -6,6 +6,12 @@ with that run); each solution's latest record; correct solutions ranked by the g
 speedup over eager (both measured in the same run) across the timing shapes; failures below, with why.
 A solution file since removed from the repository drops off the board; its records stay in runs.jsonl. One
 whose file changed since its record (sha256) stays, marked: its figures are the earlier version's.
+
+A partial record (a run of only some shapes, or of fewer correctness trials) never displaces a full one:
+the row shown is the newest full record, and a partial one only where no full record exists, marked
+with the shapes it ran. A record whose process ran without the sandbox is marked "unsandboxed".
+Records lacking the fields the board reads (or holding them with the wrong type) are skipped and
+counted as unreadable.
 """
 from __future__ import annotations
 
@@ -24,17 +30,49 @@ def _geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def readable(record) -> bool:
+    """True for a record holding the fields the board reads, of the right types: run_id (str), env (a
+    mapping with a str date), status (str) and timings (a list of mappings, each with a str shape)."""
+    if not isinstance(record, dict):
+        return False
+    env, timings = record.get("env"), record.get("timings")
+    return (isinstance(record.get("run_id"), str) and isinstance(env, dict) and isinstance(env.get("date"), str)
+            and isinstance(record.get("status"), str) and isinstance(timings, list)
+            and all(isinstance(t, dict) and isinstance(t.get("shape"), str) for t in timings))
+
+
+def is_partial(record: dict) -> bool:
+    """A run of only some of the problem's shapes, or of fewer correctness trials than the default. A record
+    without the field (written before it existed) counts as full; any value but false/absent counts as partial."""
+    return record.get("partial") not in (None, False)
+
+
+def is_unsandboxed(record: dict) -> bool:
+    sandbox = record.get("sandbox")
+    return isinstance(sandbox, str) and sandbox.startswith("none")
+
+
+def _shapes_run(record: dict) -> list:
+    """The shapes a record checked or timed, in order."""
+    checks = record.get("checks") if isinstance(record.get("checks"), list) else []
+    names = [c.get("shape") for c in checks if isinstance(c, dict)] + [t["shape"] for t in record["timings"]]
+    return [str(n) for n in dict.fromkeys(names) if n]
+
+
 def _latest(records: list) -> dict:
-    """The newest record per (problem, device, kind, name-or-path). A "skipped" record (another library
-    that did not import on that run's machine) does not hide an earlier measured one: that row stays, marked
-    with its run."""
-    latest = {}
-    for r in records:
+    """The record shown per (problem, device, kind, name-or-path): the newest full one; a partial record
+    only where that key has no full record. A "skipped" record (another library that did not import on that
+    run's machine) does not hide an earlier measured one: that row stays, marked with its run. Newest is by
+    env.date, ties going to the later line of the file. Unreadable records are ignored."""
+    best = {}
+    for index, r in enumerate(records):
+        if not readable(r):
+            continue
         key = (r.get("problem"), r.get("device"), r.get("kind"), r.get("path") or r.get("name"))
-        old = latest.get(key)
-        if old is None or (r["env"]["date"] >= old["env"]["date"] and (r.get("status") != "skipped" or old.get("status") == "skipped")):
-            latest[key] = r
-    return latest
+        rank = (not is_partial(r), r["status"] != "skipped", r["env"]["date"], index)
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, r)
+    return {key: r for key, (_, r) in best.items()}
 
 
 def still_shipped(path: str | None) -> bool:
@@ -66,16 +104,18 @@ def build(records: list, keep=lambda path: True, changed=lambda path, sha256: Fa
             if t["shape"] not in cell["shapes"]:
                 cell["shapes"].append(t["shape"])
         summary = {
-            "name": r["name"], "path": r.get("path"), "kind": kind, "status": r["status"], "rule": r.get("rule", ""),
-            "reason": r.get("reason", ""), "date": r["env"]["date"], "torch": r["env"]["torch"], "run_id": r["run_id"],
+            "name": r.get("name") or r.get("path") or "?", "path": r.get("path"), "kind": kind, "status": r["status"], "rule": r.get("rule", ""),
+            "reason": r.get("reason", ""), "date": r["env"]["date"], "torch": str(r["env"].get("torch", "?")), "run_id": r["run_id"],
             "commit": r["env"].get("harness_commit"), "harness_sha": r["env"].get("harness_sha"), "sha256": r.get("sha256"),
             "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "GBps", "TFLOPs", "reps", "se_pct", "processes", "device_ms", "rule", "error")}
                         | {"host_bound": entry_is_host_bound(t)} for t in r["timings"]},
             "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
-            "own_kernel_share": (r.get("profile") or {}).get("own_share"),
-            "versions": r.get("versions") or {},
-            "requirement_versions": r.get("requirement_versions") or {},
+            "own_kernel_share": r["profile"].get("own_share") if isinstance(r.get("profile"), dict) else None,
+            "versions": r["versions"] if isinstance(r.get("versions"), dict) else {},
+            "requirement_versions": r["requirement_versions"] if isinstance(r.get("requirement_versions"), dict) else {},
             "file_changed": kind == "solution" and changed(r.get("path"), r.get("sha256")),
+            "partial": is_partial(r), "partial_shapes": _shapes_run(r) if is_partial(r) else [],
+            "sandbox": r["sandbox"] if isinstance(r.get("sandbox"), str) else None, "unsandboxed": is_unsandboxed(r),
         }
         if r["status"] == "failed":
             cell["failed"].append(summary)
@@ -119,6 +159,16 @@ def _versions(s: dict) -> str:
     return "".join(f", {name} {version}" for name, version in sorted(s.get("versions", {}).items()))
 
 
+def _marks(s: dict) -> str:
+    """' · partial (shapes: a, b) · unsandboxed' for a row that is either."""
+    mark = ""
+    if s.get("partial"):
+        mark += f" · partial (shapes: {', '.join(s['partial_shapes'])})" if s.get("partial_shapes") else " · partial"
+    if s.get("unsandboxed"):
+        mark += " · unsandboxed"
+    return mark
+
+
 def _host_mark(t: dict) -> str:
     """The † of a host-bound figure, with the number of processes whose medians it is the median of, and
     its device time with the host far ahead, where measured."""
@@ -149,9 +199,9 @@ def render_markdown(board: dict) -> str:
             earlier = lambda s: f" · run {s['run_id'][:6]}" if newest and s["run_id"] != newest["run_id"] else ""  # noqa: E731
             stale = lambda s: f" · file changed since run {s['run_id'][:6]}" if s.get("file_changed") else ""  # noqa: E731
             for s in cell["ranked"]:
-                out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**{earlier(s)}{stale(s)}"))
+                out.append(_row(s, shapes, f"**{s['rank']}. {Path(s['path']).name if s['path'] else s['name']}**{earlier(s)}{stale(s)}{_marks(s)}"))
             for s in cell["references"]:
-                out.append(_row(s, shapes, f"*{s['name']}* (reference{_versions(s)}){earlier(s)}"))
+                out.append(_row(s, shapes, f"*{s['name']}* (reference{_versions(s)}){earlier(s)}{_marks(s)}"))
             with_requirements = [s for s in cell["references"] if s.get("requirement_versions")]
             if with_requirements:
                 out += [""] + [f"*{s['name']}* ran with " + ", ".join(f"{n} {v}" for n, v in sorted(s["requirement_versions"].items()))
@@ -163,6 +213,15 @@ def render_markdown(board: dict) -> str:
             if any(earlier(s) for group in ("ranked", "references") for s in cell[group]):
                 out += ["", f"Rows marked \"run X\" come from an earlier run than the latest ({newest['run_id'][:6]}, {newest['date'][:10]}),"
                             " which did not time them; their speedups are against that earlier run's eager and torch.compile."]
+            shown = [s for group in ("ranked", "references", "failed", "skipped") for s in cell[group]]
+            if any(s.get("partial") for s in shown):
+                out += ["", "Rows marked \"partial\" come from a run of only some shapes (those listed) or of fewer correctness"
+                            " trials than the default; they are shown only because no full run of them is recorded, and a full"
+                            " record, even an older one, always takes their place."]
+            if any(s.get("unsandboxed") for s in shown):
+                out += ["", "Rows marked \"unsandboxed\" ran without the sandbox (the record's `sandbox` field says why): the"
+                            " solution's process could write files and read the parent's (the harness's) memory, so its"
+                            " verdict and figures are weaker evidence than a sandboxed row's."]
             timings = [t for group in ("ranked", "references") for x in cell[group] for t in x["timings"].values()]
             if any(t.get("host_bound") for t in timings):
                 out += ["", f"† host-bound: issuing the call (its launches, or a synchronisation inside it) took at least "
@@ -178,11 +237,11 @@ def render_markdown(board: dict) -> str:
             out.append("")
             if cell["failed"]:
                 out += ["Rejected or failed:", ""]
-                out += [f"- `{s['path'] or s['name']}`{' (file changed since that run)' if s.get('file_changed') else ''}:"
+                out += [f"- `{s['path'] or s['name']}`{' (file changed since that run)' if s.get('file_changed') else ''}{_marks(s)}:"
                         f" **{s['rule']}**: {s['reason']}" for s in cell["failed"]]
                 out.append("")
             if cell["skipped"]:
-                out += ["Not run:", ""] + [f"- `{s['path'] or s['name']}`: {s['reason']}" for s in cell["skipped"]] + [""]
+                out += ["Not run:", ""] + [f"- `{s['path'] or s['name']}`{_marks(s)}: {s['reason']}" for s in cell["skipped"]] + [""]
     if len(out) == 6:
         out.append("No runs recorded yet: `make eval PROBLEM=<name>` on a GPU machine.")
     return "\n".join(out) + "\n"
@@ -190,7 +249,9 @@ def render_markdown(board: dict) -> str:
 
 def regenerate(results_dir: Path) -> dict:
     records, skipped = read_records(results_dir / "runs.jsonl")
-    board = build(records, keep=still_shipped, changed=file_changed)
+    usable = [r for r in records if readable(r)]
+    skipped += len(records) - len(usable)  # a line that parsed but lacks the fields the board reads counts as unreadable
+    board = build(usable, keep=still_shipped, changed=file_changed)
     write_atomic(results_dir / "leaderboard.md", render_markdown(board))
     write_atomic(results_dir / "leaderboard.json", json.dumps(board, indent=1, sort_keys=True, default=str) + "\n")
-    return {"records": len(records), "skipped_lines": skipped, "problems": sorted(board)}
+    return {"records": len(usable), "skipped_lines": skipped, "problems": sorted(board)}

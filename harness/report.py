@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -47,6 +48,9 @@ class Reporter:
             table.add_row(label, verdict_text(r, short=True), *cells)
         self.console.print(table)
         for r in records:
+            line = unsandboxed_warning(r)
+            if line:
+                self.console.print(f"[bold yellow]{escape(line)}[/bold yellow]")
             if r["status"] != "ok" and r.get("reason"):
                 self.console.print(f"[red]{r.get('path') or r['name']}[/red]: {r.get('rule') or r['status']}: {r['reason']}")
             for t in r["timings"]:
@@ -55,6 +59,16 @@ class Reporter:
             for warning in r.get("warnings", [])[:4]:
                 if r["kind"] == "solution":
                     self.console.print(f"[yellow]warning[/yellow] {r.get('path')}: {warning}")
+
+
+def unsandboxed_warning(record: dict) -> str | None:
+    """The warning for a record whose process ran without the sandbox (its `sandbox` field starts with
+    "none", e.g. "none: landlock unavailable"); None for a sandboxed record or one written before the field."""
+    sandbox = record.get("sandbox")
+    if not isinstance(sandbox, str) or not sandbox.startswith("none"):
+        return None
+    reason = sandbox[len("none"):].lstrip(":").strip() or "no reason recorded"
+    return f"warning: {record.get('path') or record['name']} ran UNSANDBOXED ({reason}): its verdict is weaker"
 
 
 def _num(value, spec):

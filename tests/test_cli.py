@@ -84,3 +84,41 @@ def test_host_bound_processes_flag():
     assert _parser().parse_args(["eval"]).host_bound_processes == 5
     assert _parser().parse_args(["eval", "--host-bound-processes", "1"]).host_bound_processes == 1
     assert "median of their medians" in _harness("eval", "--help").stdout
+
+
+def test_an_unknown_shape_is_a_usage_error_before_anything_runs(tmp_path, capsys):
+    """`--shape` with a name no selected problem has would check no shape and still say "correct"."""
+    import pytest
+
+    from harness.cli import _check_shape_names, main
+    from harness.problem import ProblemError, find_problem
+
+    softmax, infonce = find_problem("softmax"), find_problem("infonce")
+    assert main(["eval", "softmax", "--shape", "one_row", "--shape", "nope", "--device", "cpu", "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: problem softmax has no shape 'nope'; shapes: {', '.join(s.name for s in softmax.shapes)}"]
+    assert not any(tmp_path.iterdir())  # nothing ran, nothing was recorded
+    # Several problems: a name must be one problem's at least, and each problem runs the names it has.
+    with pytest.raises(ProblemError, match="problems softmax, infonce have no shape 'nope'; shapes: softmax: .*; infonce: "):
+        _check_shape_names([softmax, infonce], ["tiny", "nope"])
+    assert _check_shape_names([softmax, infonce], ["one_row", "one_query"]) == ([softmax, infonce], [])
+    assert _check_shape_names([softmax, infonce], ["width_one"]) == ([softmax], [infonce])
+    assert _check_shape_names([softmax, infonce], []) == ([softmax, infonce], [])
+
+
+def test_an_abbreviated_or_unknown_option_is_a_usage_error(capsys):
+    """`eval --problem softmax` once passed as `--problems-dir softmax`: no problem found, nothing run, exit 0."""
+    import pytest
+
+    from harness.cli import _parser, main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["eval", "--problem", "softmax"])
+    assert stop.value.code == 2
+    assert "python -m harness: error: unrecognized arguments: --problem" in capsys.readouterr().err
+    for argv in (["eval", "--problems", "x"], ["eval", "--sol", "a.py"], ["compare", "--prob", "softmax"], ["leaderboard", "--res", "x"]):
+        with pytest.raises(SystemExit) as stop:
+            _parser().parse_args(argv)
+        assert stop.value.code == 2, argv
+    capsys.readouterr()
+    assert _parser().parse_args(["eval", "--solution", "a.py"]).solution == ["a.py"]  # whole names still work

@@ -190,3 +190,77 @@ def test_a_solution_edited_after_its_run_is_marked_as_not_the_measured_code(tmp_
     assert f"- `{broken}` (file changed since that run): **wrong-output**" in text
     board = json.loads((tmp_path / "leaderboard.json").read_text())["softmax"]["NVIDIA H200"]
     assert [s["file_changed"] for s in board["ranked"]] == [True, False]
+
+
+def test_a_partial_run_never_displaces_a_full_one(tmp_path):
+    """Per key the board shows the newest full record; a partial one (`--shape`, fewer trials) only where no full one exists."""
+    path = tmp_path / "runs.jsonl"
+    full = _record("fast", medians=(1.0, 1.0), date="2026-11-29T10:00:00+00:00")
+    full["checks"] = [{"shape": "c0", "trials": 6}]
+    partial = _record("fast", medians=(4.0,), eager=(2.0,), date="2026-11-30T10:00:00+00:00") | {"partial": True, "run_id": "p1"}
+    partial["checks"] = [{"shape": "c0", "trials": 3}]
+    only_partial = _record("newcomer", medians=(1.5,), eager=(2.0,), date="2026-11-30T10:00:00+00:00") | {"partial": True, "run_id": "p1"}
+    only_partial["checks"] = [{"shape": "c9", "trials": 3}]
+    broken_partial = _record("fast", status="failed", rule="wrong-output", reason="c0: outside atol",
+                             date="2026-12-01T10:00:00+00:00") | {"partial": True}
+    for record in (_record("eager", kind="eager", medians=(2.0, 2.0), date="2026-11-29T10:00:00+00:00"), full, partial,
+                   broken_partial, only_partial, _record("eager", kind="eager", medians=(2.0,), eager=(2.0,), date="2026-11-30T10:00:00+00:00") | {"partial": False, "run_id": "p1"}):
+        append_record(record, path)
+    board = leaderboard.build(read_records(path)[0])["softmax"]["NVIDIA H200"]
+    ranked = {s["name"]: s for s in board["ranked"]}
+    assert ranked["fast"]["date"].startswith("2026-11-29") and ranked["fast"]["partial"] is False  # the older full record still ranks
+    assert ranked["newcomer"]["partial"] is True and ranked["newcomer"]["partial_shapes"] == ["c9", "s0"]
+    assert not board["failed"]  # a partial failure does not hide the full record either
+    leaderboard.regenerate(tmp_path)
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert "| **1. fast.py** · run r1 | 2.00x |" in text
+    assert "| **2. newcomer.py** · partial (shapes: c9, s0) | " in text
+    assert 'Rows marked "partial" come from a run of only some shapes' in text
+
+
+def test_the_latest_record_breaks_date_ties_by_file_order_and_skips_malformed_ones(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    append_record(_record("fast", medians=(1.0, 1.0)), path)
+    append_record(_record("fast", medians=(1.6, 1.6)), path)  # same date, later line: this one is shown
+    malformed = [_record("bad_env") | {"env": "2026-12-01"}, _record("bad_status") | {"status": None},
+                 _record("bad_timings") | {"timings": {"s0": 1.0}}, {k: v for k, v in _record("no_run_id").items() if k != "run_id"},
+                 _record("bad_entry") | {"timings": ["s0"]}, _record("fast", medians=(0.1, 0.1), date="2026-12-02T10:00:00+00:00") | {"run_id": 7}]
+    for record in malformed:
+        append_record(record, path)
+    with open(path, "a") as handle:
+        handle.write("[1, 2]\n")
+    summary = leaderboard.regenerate(tmp_path)
+    assert summary["records"] == 2 and summary["skipped_lines"] == len(malformed) + 1
+    ranked = json.loads((tmp_path / "leaderboard.json").read_text())["softmax"]["NVIDIA H200"]["ranked"]
+    assert [(s["name"], s["timings"]["s0"]["median_ms"]) for s in ranked] == [("fast", 1.6)]
+    cell = leaderboard.build(read_records(path)[0])["softmax"]["NVIDIA H200"]  # build() alone ignores them too
+    assert [s["name"] for s in cell["ranked"]] == ["fast"]
+
+
+def test_an_unsandboxed_row_is_marked_and_explained(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    for record in (_record("eager", kind="eager", medians=(2.0, 2.0)) | {"sandbox": "landlock ABI 7 (fs, signals, net)"},
+                   _record("boxed", medians=(1.0, 1.0)) | {"sandbox": "landlock ABI 7 (fs, signals, net)"},
+                   _record("loose", medians=(1.5, 1.5)) | {"sandbox": "none: kernel without landlock"}):
+        append_record(record, path)
+    leaderboard.regenerate(tmp_path)
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert "| **1. boxed.py** | " in text and "| **2. loose.py** · unsandboxed | " in text and "| *eager* (reference) | " in text
+    assert "could write files and read the parent's (the harness's) memory" in text
+    board = json.loads((tmp_path / "leaderboard.json").read_text())["softmax"]["NVIDIA H200"]
+    assert [(s["name"], s["unsandboxed"], s["sandbox"]) for s in board["ranked"]] == [
+        ("boxed", False, "landlock ABI 7 (fs, signals, net)"), ("loose", True, "none: kernel without landlock")]
+
+
+def test_the_terminal_report_warns_loudly_about_an_unsandboxed_record():
+    import io
+
+    from harness.report import Reporter, unsandboxed_warning
+
+    loose = _record("loose", medians=(1.5, 1.5)) | {"sandbox": "none: landlock unavailable [kernel 5.4]"}
+    boxed = _record("boxed", medians=(1.0, 1.0)) | {"sandbox": "landlock ABI 7 (fs, signals, net)"}
+    stream = io.StringIO()
+    Reporter(stream=stream).table("softmax", "NVIDIA H200", [boxed, loose, _record("old", medians=(1.0, 1.0))])
+    lines = [line for line in stream.getvalue().splitlines() if "UNSANDBOXED" in line]
+    assert lines == [f"warning: {loose['path']} ran UNSANDBOXED (landlock unavailable [kernel 5.4]): its verdict is weaker"]
+    assert unsandboxed_warning(boxed) is None and unsandboxed_warning(_record("old")) is None
