@@ -11,7 +11,7 @@ import torch
 from . import leaderboard
 from .problem import PROBLEMS_DIR, REPO_ROOT, SOLUTIONS_DIR, ProblemError, available_problems, discover_solutions, find_problem
 from .compare import TOLERANCE_PCT, CompareError, compare_runs, describe, outside, render, resolve_runs
-from .records import RESULTS_DIR, read_records
+from .records import RESULTS_DIR, append_record, read_records
 from .report import Reporter
 
 
@@ -24,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", allow_abbrev=False, help="build, check and time solutions of problems, then refresh the leaderboard")
     ev.add_argument("problems", nargs="*", help="problem names (default: all, or the one holding --solution)")
     ev.add_argument("--solution", action="append", default=[], help="a solution file (repeatable); default: every file in solutions/<problem>/")
-    ev.add_argument("--seed", type=int, help="replay a run with this master seed (recorded in runs.jsonl)")
+    ev.add_argument("--seed", type=int, help="replay a run with this master seed (written to results/seeds.jsonl when the run ends)")
     ev.add_argument("--json", action="store_true", help="print the records as JSON on stdout")
     ev.add_argument("--shape", action="append", default=[], help="only these shape names (repeatable)")
     ev.add_argument("--trials", type=int, default=5, help="correctness trials per shape (at least 5 unless testing)")
@@ -165,6 +165,8 @@ def cmd_eval(args) -> int:
         reporter.table(problem.name, run.env["gpu"], records)
         all_records += records
         named_failed |= any(r["status"] == "failed" and r["kind"] == "solution" for r in records) and bool(named)
+    # The seed is written only now: nothing a solution could read while the run went on held it.
+    append_record({"run_id": run.run_id, "seed": run.seed, "date": run.env["date"]}, args.results / "seeds.jsonl")
     summary = leaderboard.regenerate(args.results)
     reporter.console.print(f"leaderboard: {args.results / 'leaderboard.md'} ({summary['records']} records)")
     if args.json:

@@ -1,34 +1,56 @@
-"""The parent process: runs each target in a worker of its own, checks, applies the rules, records.
+"""The parent process: owns the verdict. Runs each target in a sandboxed child, checks, records.
 
-This process holds the run's master seed, draws every input itself, computes every expected output
-(in float64) and never imports solution code. Order per problem: the self-check of the tolerances,
-the baselines (eager reference, torch.compile), other libraries, then each solution.
+This process holds the run's master seed and is the only one that ever sees a seed. It draws every
+input itself, on the device, and shares it with the child (CUDA IPC, or shared files on the CPU). It
+hands the child an output slot for every call, filled with a poison pattern; the child copies each
+output into its slot right after the call, in stream order, so work that finishes later is not in it.
+The parent alone decides which calls it verifies (a random sample the child cannot know, plus the
+whole last batch), computes every expected output in float64, times every batch on its own clock and
+writes the records. It never imports solution code and never unpickles or executes anything the
+child sends: replies are authenticated JSON (harness/channel.py), checked field by field.
+
+Order per problem: the self-check of the tolerances, the baselines (eager, torch.compile), other
+libraries, then each solution.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import math
+import os
+import random
+import shutil
 import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
 
-from . import worker
-from .correctness import check_output, inputs_unchanged, reference_output, self_check
-from .problem import Problem, ProblemError
+from . import build, sandbox
+from .channel import Channel, ChannelError, describe_shared, new_key, send_plain, shared_cpu_tensor
+from .correctness import check_output, inputs_unchanged, native_reference, reference_output, self_check
+from .guard import GUARD_EXIT
+from .problem import REPO_ROOT, Problem, ProblemError
 from .records import append_record, environment
 from .scan import needs_cuda, scan_source
+try:
+    from .scan import scan_violations
+except ImportError:  # TEMPORARY
+    def scan_violations(path):
+        return []
 from .seeds import derive_seed, new_master_seed
-from .timing import copy_bandwidth, escape_bound, is_host_bound, matmul_rate, sets_per_batch
+from .timing import (TimingStats, burst_calls, copy_bandwidth, escape_bound, is_host_bound, matmul_rate, parent_clock_bound,
+                     read_bandwidth, sets_per_batch)
 
-# A time that implies more than this multiple of the measured copy bandwidth (or of the bf16 matrix
-# rate) cannot be real: read-only streams reach ~1.03x the copy figure, so 1.25x leaves honest margin.
-PHYSICS_MARGIN = 1.25
+# The fastest honest kernels reach ~99% of the copy figure (a copy-like kernel) and ~101% of the read figure
+# (a read-mostly one); a time that implies more than this multiple of the ceiling that bounds it is not real.
+PHYSICS_MARGIN = 1.05
+GUARD_RULES = {"introspection", "sandbox-violation", "background-thread", "tampering"}
 
 
 @dataclasses.dataclass
@@ -56,18 +78,27 @@ class Config:
     profile: bool = True
     memory_budget_bytes: float = 24e9
     host_bound_processes: int = 5  # fresh processes a host-bound entry is timed in, the first included (1: only that)
+    sandbox: bool = True
 
 
 def timing_shapes(problem: Problem, names: tuple, device: torch.device) -> list:
     """The problem's timing shapes (those named, when names are given; named correctness shapes are
-    timed when no timing shape is named). Without a GPU the timing shapes are too large to be useful:
-    the largest candidate of at most 64 MB is timed instead (a CPU run exercises the pipeline only)."""
+    timed when no timing shape is named). Without a GPU the largest correctness shape of at most 64 MB
+    is timed instead (a CPU run exercises the pipeline only)."""
     named = [s for s in problem.shapes if s.name in names]
     shapes = ([s for s in named if "timing" in s.uses] or named) if names else problem.shapes_for("timing")
     if device.type != "cuda":
         small = [s for s in (named or problem.shapes_for("correctness")) if problem.bytes_moved(s) <= 64e6]
         shapes = [max(small, key=problem.bytes_moved)] if small else []
     return shapes
+
+
+def correctness_shapes(problem: Problem, names: tuple, device: torch.device) -> list:
+    """Every correctness shape (those named, when names are given). A named timing shape is checked
+    too, so that naming only timing shapes never skips the checks."""
+    if not names:
+        return problem.shapes_for("correctness")
+    return [s for s in problem.shapes if s.name in names and ("correctness" in s.uses or device.type == "cuda")]
 
 
 class Failure(Exception):
@@ -77,13 +108,11 @@ class Failure(Exception):
 
 
 class ShapeFailure(Failure):
-    """A baseline or another library failed on one shape only (Liger refuses rows over 64K): the
-    shape's entry records it and the target's other shapes still run."""
+    """A baseline or another library failed on one shape only (Liger refuses rows over 64K)."""
 
 
-# A worker that crashed, hung or broke its CUDA context can run nothing more: such a failure ends even a
-# baseline's target, whose other shapes would need that worker.
-WORKER_LOST = ("crash", "timeout", "cuda-error")
+# A worker that crashed, hung or broke its CUDA context can run nothing more.
+WORKER_LOST = ("crash", "timeout", "cuda-error", "bad-reply")
 
 
 def _signal_name(code: int) -> str:
@@ -93,61 +122,200 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-class WorkerHandle:
-    """One spawned worker process and the request/reply protocol with a timeout per request."""
+def _expect(reply: dict, fields: dict, phase: str) -> dict:
+    """Each field of a reply has its type, or the reply is a rejection (never a crash of the parent)."""
+    for key, kinds in fields.items():
+        value = reply.get(key)
+        if not isinstance(value, kinds) or isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+            raise Failure("bad-reply", f"while {phase}: the reply's {key!r} is {type(value).__name__}, not what the harness sent for")
+    return reply
 
-    def __init__(self, spec: dict):
+
+def _times(reply: dict, count: int, phase: str) -> list:
+    times = reply.get("times_ms")
+    if not isinstance(times, list) or len(times) != count or not all(isinstance(t, (int, float)) and not isinstance(t, bool)
+                                                                      and math.isfinite(t) and t >= 0 for t in times):
+        raise Failure("bad-reply", f"while {phase}: the reply's times are not {count} finite numbers")
+    return [float(t) for t in times]
+
+
+class Worker:
+    """The parent's end of one child process: spawn, sandbox spec, authenticated requests, cleanup.
+    Each `run_single_*` method is one request whose handler runs in the child (harness/child.py)."""
+
+    def __init__(self, spec: dict, config: Config):
         self.spec = spec
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=worker.main, args=(child, spec), daemon=True)
-        self.process.start()
-        child.close()
+        self.scratch = Path(tempfile.mkdtemp(prefix="harness-child-"))
+        cmd_r, cmd_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        self.guard_r, guard_w = os.pipe()
+        key = new_key()
+        env = {**os.environ, **sandbox.scratch_environment(self.scratch)}
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self.process = subprocess.Popen([sys.executable, "-m", "harness.child", str(cmd_r), str(reply_w), str(guard_w)],
+                                        pass_fds=(cmd_r, reply_w, guard_w), start_new_session=True, env=env, cwd=str(self.scratch),
+                                        stdin=subprocess.DEVNULL)
+        for fd in (cmd_r, reply_w, guard_w):
+            os.close(fd)
+        send_plain(cmd_w, {**spec, "key": key.hex(), "sandbox": config.sandbox, "scratch": str(self.scratch),
+                           "read_paths": [str(p) for p in self._read_paths()], "write_paths": self._write_paths(),
+                           "trusted_dirs": self._trusted_dirs()})
+        self.channel = Channel(reply_r, cmd_w, key)
+
+    def _read_paths(self) -> list:
+        solution = Path(self.spec["path"]) if self.spec.get("path") else None
+        extra = [REPO_ROOT / "harness"]
+        if solution is not None:  # the private files beside it (shared device code, _*.cuh), not its folder
+            extra += [p for p in solution.parent.glob("_*") if p.is_file()]
+        return sandbox.child_read_paths(solution, Path(self.spec["problem_dir"]), extra)
+
+    def _write_paths(self) -> list:
+        paths = [str(self.scratch), "/dev/shm"]
+        if self.spec.get("extension_dir"):
+            Path(self.spec["extension_dir"]).mkdir(parents=True, exist_ok=True)
+            paths.append(self.spec["extension_dir"])
+        return paths
+
+    @staticmethod
+    def _trusted_dirs() -> list:
+        import sysconfig
+
+        dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+        dirs |= {p for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
+        return sorted(dirs | {str(REPO_ROOT / "harness"), str(Path(torch.__file__).parent)})
 
     def request(self, msg: dict, timeout: float, phase: str) -> dict:
         try:
-            self.conn.send(msg)
+            self.channel.send(msg)
         except (BrokenPipeError, OSError):
             raise self._death(phase) from None
         deadline = time.monotonic() + timeout
-        while not self.conn.poll(0.2):
-            if not self.process.is_alive() and not self.conn.poll(0.5):
-                raise self._death(phase)
-            if time.monotonic() > deadline:
+        while True:
+            try:
+                reply = self.channel.recv(timeout=0.5)
+                break
+            except TimeoutError:
+                if self.process.poll() is not None:
+                    raise self._death(phase) from None
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise Failure("timeout", f"no answer after {timeout:.0f} s while {phase} (hung kernel or endless loop); process killed") from None
+            except ChannelError as error:
+                if self.process.poll() is not None or "closed" in str(error):
+                    raise self._death(phase) from None
                 self.kill()
-                raise Failure("timeout", f"no answer after {timeout:.0f} s while {phase} (hung kernel or endless loop); process killed")
-        try:
-            reply = self.conn.recv()
-        except (EOFError, OSError):
-            raise self._death(phase) from None
+                raise Failure("bad-reply", f"while {phase}: {error}") from None
         if reply.get("status") == "fail":
-            raise Failure(reply["rule"], reply["reason"])
+            rule, reason = reply.get("rule"), reply.get("reason")
+            if not isinstance(rule, str) or not isinstance(reason, str):
+                raise Failure("bad-reply", f"while {phase}: a failure reply without a rule and reason")
+            raise Failure(rule, reason[:600])
+        if reply.get("status") != "ok":
+            raise Failure("bad-reply", f"while {phase}: a reply with status {str(reply.get('status'))[:40]!r}")
         return reply
 
     def _death(self, phase: str) -> Failure:
-        self.process.join(5)
-        code = self.process.exitcode
+        try:
+            code = self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.process.returncode
+        if code == GUARD_EXIT:
+            text = self._guard_report()
+            rule, _, reason = text.partition("\t")
+            if rule in GUARD_RULES and reason:
+                return Failure(rule, f"{reason.strip()[:500]} (while {phase})")
+            return Failure("introspection", f"killed by the runtime guard while {phase}")
         if code is not None and code < 0:
             return Failure("crash", f"process killed by {_signal_name(code)} while {phase}")
         return Failure("crash", f"process exited (status {code}) while {phase}")
 
-    def ack(self):
-        self.conn.send({"cmd": "ack"})
+    def _guard_report(self) -> str:
+        os.set_blocking(self.guard_r, False)
+        try:
+            return os.read(self.guard_r, 4096).decode(errors="replace").splitlines()[0]
+        except (OSError, IndexError):
+            return ""
+
+    def strays(self) -> list:
+        """Processes the child left behind: its descendants, and orphans re-parented to this process."""
+        return sandbox.descendants(self.process.pid) + [p for p in sandbox.children() if p != self.process.pid and p not in Worker.live]
 
     def kill(self):
-        if self.process.is_alive():
+        sandbox.kill_group(self.process.pid)
+        if self.process.poll() is None:
             self.process.kill()
-        self.process.join(10)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
 
     def close(self):
         try:
-            if self.process.is_alive():
-                self.conn.send({"cmd": "quit"})
-                self.process.join(20)
-        except (BrokenPipeError, OSError):
+            if self.process.poll() is None:
+                self.channel.send({"cmd": "quit"})
+                self.process.wait(20)
+        except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
             pass
         self.kill()
-        self.conn.close()
+        sandbox.reap_strays(keep=Worker.live - {self.process.pid})
+        for fd in (self.channel.read_fd, self.channel.write_fd, self.guard_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        Worker.live.discard(self.process.pid)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    live: set = set()
+
+
+def spawn(spec: dict, config: Config) -> Worker:
+    worker = Worker(spec, config)
+    Worker.live.add(worker.process.pid)
+    return worker
+
+
+class SharedPool:
+    """The parent's buffers for one shape: input sets and output slots, allocated once and refilled in
+    place for every batch (the child maps each once), on the device or in shared files on the CPU."""
+
+    def __init__(self, device: torch.device, directory: Path | None):
+        self.device, self.directory = device, directory
+        self.count = 0
+
+    def tensor(self, shape, dtype) -> torch.Tensor:
+        if self.device.type == "cuda":
+            return torch.empty(tuple(shape), dtype=dtype, device=self.device)
+        self.count += 1
+        return shared_cpu_tensor(self.directory, f"t{self.count}", shape, dtype)
+
+    def share(self, inputs: list) -> tuple:
+        """(buffers holding `inputs`, their descriptions)."""
+        buffers = []
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                buffer = self.tensor(x.shape, x.dtype)
+                buffer.copy_(x)
+                buffers.append(buffer)
+            else:
+                buffers.append(x)
+        return buffers, describe(buffers)
+
+    @staticmethod
+    def refill(buffers: list, inputs: list):
+        for buffer, x in zip(buffers, inputs):
+            if isinstance(x, torch.Tensor):
+                buffer.copy_(x)
+
+
+def describe(items: list) -> list:
+    return [{"tensor": describe_shared(x)} if isinstance(x, torch.Tensor) else {"value": x} for x in items]
+
+
+def poison(slot: torch.Tensor) -> torch.Tensor:
+    slot.view(torch.uint8).fill_(0xFF) if slot.numel() else None
+    return slot
 
 
 class Run:
@@ -162,13 +330,16 @@ class Run:
         self.env = environment(device)
         self.report = reporter or (lambda *a, **k: None)
         self.prebuilt = {}  # path -> (ok, build seconds or reason), filled by prebuild()
+        self._solution = False
+        self.sampler = random.Random(os.urandom(16))  # which timed calls are verified: the parent's secret
+        self.subreaper = sandbox.become_subreaper()
         if device.type == "cuda":
-            self.report("measuring the device's copy bandwidth and matrix rate")
-            self.copy_bw = copy_bandwidth(device)
+            self.report("measuring the device's copy and read bandwidth and matrix rate")
+            self.copy_bw, self.read_bw = copy_bandwidth(device), read_bandwidth(device)
             self.matmul_rate = matmul_rate(device)
         else:
-            self.copy_bw = self.matmul_rate = 0.0
-        self.env.update(copy_bw_GBps=self.copy_bw / 1e9, bf16_matmul_TFLOPs=self.matmul_rate / 1e12)
+            self.copy_bw = self.read_bw = self.matmul_rate = 0.0
+        self.env.update(copy_bw_GBps=self.copy_bw / 1e9, read_bw_GBps=self.read_bw / 1e9, bf16_matmul_TFLOPs=self.matmul_rate / 1e12)
 
     # ------------------------------------------------------------------------------------------
     def evaluate_problem(self, problem: Problem, targets: list) -> list:
@@ -189,16 +360,26 @@ class Run:
         return records
 
     def _base_record(self, problem: Problem, target: Target) -> dict:
+        names = {s.name for s in problem.shapes}
         record = {
-            "run_id": self.run_id, "seed": self.seed, "problem": problem.name, "kind": target.kind,
+            "run_id": self.run_id, "problem": problem.name, "kind": target.kind,
             "name": target.name, "path": str(target.path) if target.path else None, "status": "ok",
             "rule": "", "reason": "", "checks": [], "timings": [], "warnings": [], "profile": None,
-            "device": self.env.get("gpu"), "env": self.env, "build_s": None,
+            "device": self.env.get("gpu"), "env": self.env, "build_s": None, "sandbox": "not started",
+            "partial": bool(self.config.shapes) and not names <= set(self.config.shapes) or self.config.trials < 5,
         }
         if target.path:
             record["sha256"] = hashlib.sha256(Path(target.path).read_bytes()).hexdigest()
             record["warnings"] = scan_source(target.path, problem.reference_ops)
         return record
+
+    def _spec(self, problem: Problem, target: Target) -> dict:
+        spec = {"kind": target.kind, "path": str(Path(target.path).resolve()) if target.path else None,
+                "problem_dir": str(problem.directory.resolve()), "device": str(self.device), "requires": list(target.requires),
+                "function": target.function}
+        if target.path:
+            spec["extension_dir"] = str(build.extension_dir(Path(target.path), problem.name))
+        return spec
 
     def evaluate_target(self, problem: Problem, target: Target, baselines: dict) -> dict:
         record = self._base_record(problem, target)
@@ -208,152 +389,336 @@ class Run:
         if target.kind == "solution" and self.device.type != "cuda" and needs_cuda(target.path):
             record.update(status="skipped", reason="builds CUDA kernels: needs a CUDA GPU, and this machine has none (not timed)")
             return record
-        spec = {"kind": target.kind, "path": str(target.path) if target.path else None, "problem_dir": str(problem.directory),
-                "device": str(self.device), "requires": list(target.requires), "function": target.function}
         self.report(f"{target.label}: starting")
-        handle = WorkerHandle(spec)
+        worker = None
         try:
-            loaded = handle.request({"cmd": "load"}, self.config.build_timeout_s, "building and loading")
-            built = self.prebuilt.get(str(target.path))
-            record["load_s"] = round(loaded["build_s"], 3)
-            record["build_s"] = round(built[1], 3) if built and built[0] else record["load_s"]
-            record["rebuilt"] = loaded["rebuilt"] or bool(built and built[0] and built[1] > 5)
-            if loaded.get("cpus"):
-                record["worker_cpus"] = loaded["cpus"]
-            if loaded.get("versions"):
-                record["versions"] = loaded["versions"]
-                record["requirement_versions"] = loaded.get("requirement_versions") or {}
             if target.kind == "solution":
-                self._check_correctness(problem, handle, record, target)
-                if self.device.type == "cuda" and self.config.profile:
-                    self._profile(problem, handle, record)
-            self._time(problem, handle, record, target, baselines)
+                violations = scan_violations(target.path)
+                if violations:
+                    raise Failure(*violations[0])
+            worker = spawn(self._spec(problem, target), self.config)
+            self._load(worker, record, target)
+            if target.kind == "solution":
+                self._check_correctness(problem, worker, record, target)
+            self._time(problem, worker, record, target, baselines)
             if record["timings"] and all("error" in t for t in record["timings"]):
                 raise Failure(record["timings"][0]["rule"], record["timings"][0]["error"])
         except Failure as failure:
             status = "skipped" if failure.rule == "unavailable" else "failed"
             record.update(status=status, rule=failure.rule if status == "failed" else "", reason=failure.reason)
         except Exception as error:  # noqa: BLE001 - a fault of the checker itself must not end the run
-            first = (str(error).strip().splitlines() or [""])[0][:200]
+            first = (str(error).strip().splitlines() or [""])[0][:300]
             record.update(status="failed", rule="harness-error", reason=f"the checker failed ({type(error).__name__}: {first}); not the solution's verdict")
         finally:
-            handle.close()
+            if worker is not None:
+                worker.close()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         return record
 
-    # ------------------------------------------------------------------------------------------
-    def _check_correctness(self, problem: Problem, handle: WorkerHandle, record: dict, target: Target):
-        trials = self.config.trials
-        for shape in problem.shapes_for("correctness", self.config.shapes):
-            self.report(f"{target.label}: checking {shape.name}")
-            tolerance = problem.tolerance_for(shape.dtype)
-            seeds = [derive_seed(self.seed, problem.name, shape.name, "check", t) for t in range(trials)]
-            plan = [(seed, None, f"trial {t + 1}") for t, seed in enumerate(seeds)]
-            plan.append((derive_seed(self.seed, problem.name, shape.name, "probe"), seeds[-1], "cache-probe trial"))
-            worst = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
-            for seed, probe_from, label in plan:
-                reply = handle.request({"cmd": "check", "shape": shape.name, "seed": seed, "probe_from": probe_from},
-                                       self.config.call_timeout_s, f"running {shape.name} {label}")
-                try:
-                    drawn = problem.make_inputs(shape, seed, self.device, probe_from)
-                    changed = inputs_unchanged(drawn, reply["inputs"])
-                    if changed:
-                        raise Failure("input-mutated", f"{shape.name}, {label}: {changed}")
-                    expected = reference_output(problem, shape, drawn, self.device)
-                    verdict = check_output(reply["output"], expected, shape.torch_dtype, tolerance)
-                finally:
-                    del reply
-                    handle.ack()
-                if not verdict.ok:
+    def _load(self, worker: Worker, record: dict, target: Target):
+        loaded = _expect(worker.request({"cmd": "load"}, self.config.build_timeout_s, "building and loading"),
+                         {"load_s": (int, float), "rebuilt": bool, "sandbox": str}, "loading")
+        record["sandbox"] = loaded["sandbox"][:200]
+        built = self.prebuilt.get(str(target.path))
+        record["load_s"] = round(loaded["load_s"], 3)
+        record["build_s"] = round(built[1], 3) if built and built[0] else record["load_s"]
+        record["rebuilt"] = loaded["rebuilt"] or bool(built and built[0] and built[1] > 5)
+        if isinstance(loaded.get("cpus"), str) and loaded["cpus"]:
+            record["worker_cpus"] = loaded["cpus"]
+        if isinstance(loaded.get("versions"), dict) and loaded["versions"]:
+            record["versions"] = {str(k): str(v) for k, v in loaded["versions"].items()}
+            record["requirement_versions"] = {str(k): str(v) for k, v in (loaded.get("requirement_versions") or {}).items()}
+        if target.kind == "solution":
+            strays = worker.strays()
+            if strays:
+                raise Failure("background-process", f"{len(strays)} process(es) still running after the import (pid {strays[0]}): "
+                                                    "nothing the solution starts may outlive its build")
+
+    # ---- inputs and slots, all the parent's ---------------------------------------------------
+    def _draw(self, problem: Problem, shape, seed: int, probe_from=None) -> list:
+        return problem.make_inputs(shape, seed, self.device, probe_from)
+
+    def _output_meta(self, problem: Problem, shape, cache: dict) -> tuple:
+        """(shape, dtype) of the reference's output at the problem's dtype, which a solution must match."""
+        if shape.name not in cache:
+            out = native_reference(problem, shape, self._draw(problem, shape, derive_seed(self.seed, problem.name, shape.name, "meta")), self.device)
+            cache[shape.name] = (tuple(out.shape), out.dtype)
+        return cache[shape.name]
+
+    def _verify(self, problem: Problem, shape, seed: int, slot: torch.Tensor, inputs: list, label: str, timed: str = "",
+                probe_from=None) -> dict:
+        """The parent's verdict on one call: its inputs as the child left them against a fresh draw, its
+        copied output against the float64 reference. `timed` names the kind of timed call ("" for a trial)."""
+        drawn = self._draw(problem, shape, seed, probe_from)
+        changed = inputs_unchanged(drawn, inputs)
+        if changed:
+            raise Failure("input-mutated", f"{label}{', ' + timed if timed else ''}: {changed}")
+        expected = reference_output(problem, shape, drawn, self.device)
+        verdict = check_output(slot, expected, slot.dtype, problem.tolerance_for(shape.dtype))
+        del expected, drawn
+        if not verdict.ok:
+            if timed and self._solution:
+                raise Failure("timed-output-wrong", f"{label}: the output of {timed} is wrong: {verdict.reason}")
+            raise Failure(verdict.rule, f"{label}: {verdict.reason}")
+        return verdict.summary()
+
+    def _scratch(self, worker: Worker) -> Path | None:
+        """Where CPU buffers shared with the child live (shared memory the child may map)."""
+        if self.device.type == "cuda":
+            return None
+        directory = Path(tempfile.mkdtemp(prefix="harness-shared-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+        worker.shared_dirs = getattr(worker, "shared_dirs", []) + [directory]
+        return directory
+
+    # ---- correctness -------------------------------------------------------------------------
+    def _check_correctness(self, problem: Problem, worker: Worker, record: dict, target: Target):
+        trials, metas = self.config.trials, {}
+        directory = self._scratch(worker)
+        shapes = correctness_shapes(problem, self.config.shapes, self.device)
+        if not shapes:
+            raise Failure("harness-error", "no correctness shape was selected: a verdict needs at least one")
+        try:
+            for shape in shapes:
+                self.report(f"{target.label}: checking {shape.name}")
+                out_shape, out_dtype = self._output_meta(problem, shape, metas)
+                seeds = [derive_seed(self.seed, problem.name, shape.name, "check", t) for t in range(trials)]
+                plan = [(seed, None, f"trial {t + 1}") for t, seed in enumerate(seeds)]
+                plan.append((derive_seed(self.seed, problem.name, shape.name, "probe"), seeds[-1], "cache-probe trial"))
+                worst = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
+                for seed, probe_from, label in plan:
+                    pool = SharedPool(self.device, directory)
+                    inputs, described = pool.share(self._draw(problem, shape, seed, probe_from))
+                    slot = poison(pool.tensor(out_shape, out_dtype))
+                    self._sync()
+                    reply = worker.request({"cmd": "call", "shape": shape.name, "inputs": described, "slot": describe_shared(slot)},
+                                           self.config.call_timeout_s, f"running {shape.name} {label}")
+                    ops = reply.get("ops")
+                    if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
+                        raise Failure("bad-reply", f"{shape.name}, {label}: the reply's op list is malformed")
+                    used = sorted(set(ops) & set(problem.core_aten_ops))
+                    if used:
+                        raise Failure("not-custom-kernel", f"forward calls the reference's own op(s) aten::{', aten::'.join(used)}")
                     where = " (inputs share their first and last elements with the previous trial: a cached result?)" if probe_from else ""
-                    raise Failure(verdict.rule, f"{shape.name} ({shape.dtype}), {label}: {verdict.reason}{where}")
-                for key, value in verdict.summary().items():
-                    worst[key] = max(worst[key], value)
-            record["checks"].append({"shape": shape.name, "dtype": shape.dtype, "trials": len(plan), "passed": True, **worst})
+                    summary = self._verify(problem, shape, seed, slot, inputs, f"{shape.name} ({shape.dtype}), {label}{where}", "", probe_from)
+                    for key, value in summary.items():
+                        worst[key] = max(worst[key], value)
+                    del inputs, slot, pool
+                record["checks"].append({"shape": shape.name, "dtype": shape.dtype, "trials": len(plan), "passed": True, **worst})
+        finally:
+            if directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
 
-    def _profile(self, problem: Problem, handle: WorkerHandle, record: dict):
-        shape = problem.default_shape
-        seed = derive_seed(self.seed, problem.name, shape.name, "profile")
-        result = handle.request({"cmd": "profile", "shape": shape.name, "seed": seed}, self.config.call_timeout_s, "profiling")
-        result.pop("status", None)
-        record["profile"] = result
-        if result["kernel_count"] and result["own_kernels"] == 0:
-            names = ", ".join(k["name"][:40] for k in result["kernels"][:3])
-            raise Failure("not-custom-kernel", f"launched {result['kernel_count']} kernel(s), none of its own ({names})")
-        if result["kernel_count"] == 0:
-            raise Failure("not-custom-kernel", "launched no GPU kernel at all during forward")
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
-    def _time(self, problem: Problem, handle: WorkerHandle, record: dict, target: Target, baselines: dict):
-        shapes = timing_shapes(problem, self.config.shapes, self.device)
-        for shape in shapes:
+    # ---- timing --------------------------------------------------------------------------------
+    def _time(self, problem: Problem, worker: Worker, record: dict, target: Target, baselines: dict):
+        for shape in timing_shapes(problem, self.config.shapes, self.device):
             self.report(f"{target.label}: timing {shape.name}")
             nbytes, flops = problem.bytes_moved(shape), problem.flops(shape)
-            sets = sets_per_batch(nbytes, self.config.memory_budget_bytes)
-            seed = derive_seed(self.seed, problem.name, shape.name, "time")
-            msg = {"cmd": "time", "shape": shape.name, "seed": seed, "budget_s": self.config.budget_s,
-                   "min_reps": self.config.min_reps, "keep": self.config.keep, "sets_per_batch": sets}
             try:
-                stats, batch = self._time_in(problem, handle, shape, msg, target)
-                runs = [(stats["median_ms"], batch, stats.get("host_probe_us"), stats.get("device_ms"))]
-                if self.config.host_bound_processes > 1 and is_host_bound(stats["median_ms"], batch):
+                if target.kind == "solution" and self.device.type == "cuda" and self.config.profile:
+                    self._profile(problem, worker, record, shape)
+                stats, batch, parent = self._time_in(problem, worker, shape, target, 1)
+                runs = [(stats, batch, parent)]
+                if self.config.host_bound_processes > 1 and is_host_bound(stats.median_ms, batch):
                     self.report(f"{target.label}: timing {shape.name} again in {self.config.host_bound_processes - 1} more processes (host-bound)")
-                    runs += self._time_again(problem, handle, shape, msg, target)
+                    runs += self._time_again(problem, worker, shape, target)
             except ShapeFailure as failure:
                 record["timings"].append({"shape": shape.name, "dtype": shape.dtype, "rule": failure.rule, "error": failure.reason})
                 continue
-            entry = self._timing_entry(shape, stats, batch, [run[0] for run in runs], nbytes, flops, baselines)
-            self._note_host_figures(entry, runs)
+            entry = self._timing_entry(shape, runs, nbytes, flops, baselines)
             record["timings"].append(entry)
             if target.kind == "solution":
-                for process, (median, process_batch, *_) in enumerate(runs, 1):
-                    self._physics(self._label(shape, process), entry, median, process_batch)
+                for process, (stats_p, batch_p, parent_p) in enumerate(runs, 1):
+                    self._physics(problem, shape, self._label(shape, process), entry, stats_p.median_ms, batch_p, parent_p)
 
     def _label(self, shape, process: int) -> str:
-        """The shape's name, and for an extra process which one, for progress lines and reasons."""
         return shape.name if process == 1 else f"{shape.name} in process {process} of {self.config.host_bound_processes}"
 
-    def _time_in(self, problem: Problem, handle: WorkerHandle, shape, msg: dict, target: Target, process: int = 1) -> tuple:
-        """Times `shape` in `handle` and checks the outputs of the timed calls the worker kept, the same
-        way in the first process and in every extra one. Returns (stats, batch)."""
+    def _time_in(self, problem: Problem, worker: Worker, shape, target: Target, process: int) -> tuple:
+        """Times `shape` in `worker`: batches of fresh parent-drawn sets until the standard error is under
+        1% (or the budget is spent), then the escape check and, for a host-bound figure, the device time.
+        The outputs of a secret sample of calls and of the whole last batch are verified here.
+        Returns (stats, batch check, the parent's clock figures)."""
         label = self._label(shape, process)
         try:
-            reply = handle.request(msg, self.config.call_timeout_s + 10 * self.config.budget_s, f"timing {label}")
+            return self._time_calls(problem, worker, shape, target, process, label)
         except Failure as failure:
             if target.kind == "solution" or failure.rule in WORKER_LOST:
                 raise
             raise ShapeFailure(failure.rule, failure.reason) from None
-        try:
-            for kept in reply["kept"]:
-                drawn = problem.make_inputs(shape, kept["seed"], self.device)
-                changed = inputs_unchanged(drawn, kept["inputs"])
-                if changed:
-                    raise Failure("input-mutated", f"{label}, a timed call: {changed}")
-                expected = reference_output(problem, shape, drawn, self.device)
-                verdict = check_output(kept["output"], expected, shape.torch_dtype, problem.tolerance_for(shape.dtype))
-                del expected, drawn
-                if not verdict.ok:
-                    rule = "timed-output-wrong" if target.kind == "solution" else verdict.rule
-                    raise Failure(rule, f"{label}: the output of a timed call is wrong: {verdict.reason}")
-            return reply["stats"], reply.get("batch")
         finally:
-            del reply
-            handle.ack()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
 
-    def _time_again(self, problem: Problem, handle: WorkerHandle, shape, msg: dict, target: Target) -> list:
-        """(median, batch, host probe, device time) of the same request (same seed, so the same inputs) in fresh workers, one
-        after another: a host-bound figure moves more between processes than within one. Timing only:
-        the first worker already ran the correctness trials and the profile. Any failure there is a
-        solution's failure; for a baseline or another library it ends only this shape."""
+    def _time_calls(self, problem: Problem, worker: Worker, shape, target: Target, process: int, label: str) -> tuple:
+        config, is_cuda = self.config, self.device.type == "cuda"
+        out_shape, out_dtype = self._output_meta(problem, shape, {})
+        count = sets_per_batch(problem.bytes_moved(shape), config.memory_budget_bytes)
+        directory = self._scratch(worker)
+        pool = SharedPool(self.device, directory)
+        timeout = config.call_timeout_s + 10 * config.budget_s
+        self._solution = target.kind == "solution"
+
+        def seed_of(batch: int, i: int) -> int:
+            return derive_seed(self.seed, problem.name, shape.name, "time", process, batch, i)
+
+        try:
+            first = [self._draw(problem, shape, seed_of(0, i)) for i in range(count)]
+            buffers = [pool.share(inputs)[0] for inputs in first]
+            slots = [poison(pool.tensor(out_shape, out_dtype)) for _ in range(count)]
+            del first
+
+            def sets_described(n: int = count) -> list:
+                """Described afresh for every request: each description is one share that the child releases."""
+                return [describe(b) for b in buffers[:n]]
+            probe = worker.request({"cmd": "probe"}, timeout, f"probing the host for {label}")["probe_us"]
+
+            def batch_request(batch: int, extra: dict) -> tuple:
+                if batch:
+                    for i, buffer in enumerate(buffers):
+                        SharedPool.refill(buffer, self._draw(problem, shape, seed_of(batch, i)))
+                for slot in slots:
+                    poison(slot)
+                self._sync()
+                t0 = time.perf_counter()
+                message = {"cmd": "time", "shape": shape.name, "sets": sets_described(), "slots": [describe_shared(s) for s in slots], **extra}
+                reply = worker.request(message, timeout, f"timing {label}")
+                return _times(reply, count, f"timing {label}"), time.perf_counter() - t0
+
+            samples, walls, kept, start, batch = [], [], [], time.perf_counter(), 0
+            stats = None
+            while True:
+                times, wall = batch_request(batch, {"warmup_s": 0.1} if batch == 0 else {})
+                samples += times
+                if batch:
+                    walls.append(wall)
+                stats = TimingStats.from_samples(samples, "cuda-events" if is_cuda else "wall-clock")
+                enough = len(samples) >= config.min_reps and (stats.se_pct < 1.0 or len(samples) >= 2000)
+                stats.budget_hit = not enough and time.perf_counter() - start > config.budget_s and len(samples) >= config.min_reps
+                if enough or stats.budget_hit:
+                    break
+                kept += self._sample(problem, shape, batch, buffers, slots, seed_of, len(samples))
+                batch += 1
+            # The whole last batch, and the secret sample of earlier calls: the parent's choice alone.
+            for i, slot in enumerate(slots):
+                self._verify(problem, shape, seed_of(batch, i), slot, buffers[i], label, "a timed call")
+            for seed, slot, inputs in kept:
+                self._verify(problem, shape, seed, slot, inputs, label, "a timed call")
+            del kept
+            parent = {}
+            batch_check = None
+            if is_cuda:
+                if walls:
+                    null = [batch_request(batch + 1 + k, {"null": True})[1] for k in range(2)]
+                    parent = {"wall_ms_per_call": statistics.median(walls) * 1e3 / count,
+                              "null_ms_per_call": min(null) * 1e3 / count, "batches": len(walls)}
+                batch_check = self._escape_check(worker, shape, sets_described, stats.median_ms, label, timeout,
+                                                 lambda: batch_request(batch + 3, {})[0])
+                if is_host_bound(stats.median_ms, batch_check):
+                    device_ms = self._device_time(problem, shape, worker, sets_described, slots, buffers, seed_of, batch + 10,
+                                                  batch_check["launch_ms_per_call"], label, timeout)
+                    stats_device = device_ms
+                else:
+                    stats_device = None
+                parent["device_ms"] = stats_device
+            parent["host_probe_us"] = probe if isinstance(probe, (int, float)) else None
+            return stats, batch_check, parent
+        finally:
+            del pool
+            if directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
+
+    def _sample(self, problem, shape, batch: int, buffers, slots, seed_of, seen: int) -> list:
+        """Reservoir-sample this batch's calls (the parent's secret, the child never learns which): a
+        kept call's output and inputs are copied out of the pool before the next batch reuses it."""
+        chosen = []
+        for i in range(len(slots)):
+            if self.sampler.random() < self.config.keep / max(1, seen):
+                inputs = [b.clone() if isinstance(b, torch.Tensor) else b for b in buffers[i]]
+                chosen.append((seed_of(batch, i), slots[i].clone(), inputs))
+        return chosen[-self.config.keep:] if chosen else []
+
+    def _escape_check(self, worker: Worker, shape, sets_described, median_ms: float, label: str, timeout: float, retime) -> dict:
+        """Back-to-back calls ending in a device-wide synchronise, timed by the child and, around the
+        whole request, by the parent: work that escaped the events makes the batch slow every time.
+        A slow moment is measured again (up to 6 batches, the fastest kept); contention that outlasts the
+        batches slows the calls too, so once two batches have failed the median is taken again (fresh
+        inputs) and the bound follows the higher of the two."""
+        calls = burst_calls(median_ms)
+        best, retimed, done = None, None, 0
+        while done < 6:
+            self._sync()
+            t0 = time.perf_counter()
+            reply = worker.request({"cmd": "burst", "shape": shape.name, "sets": sets_described(), "calls": calls}, timeout, f"the escape check of {label}")
+            wall_ms = (time.perf_counter() - t0) * 1e3
+            _expect(reply, {"launch_ms_per_call": (int, float), "wall_ms_per_call": (int, float)}, "the escape check")
+            done += 1
+            batch = {"calls": calls, "launch_ms_per_call": float(reply["launch_ms_per_call"]),
+                     "wall_ms_per_call": max(float(reply["wall_ms_per_call"]), 0.0), "parent_wall_ms": wall_ms}
+            if isinstance(reply.get("events_ms_per_call"), (int, float)):
+                batch["events_ms_per_call"] = float(reply["events_ms_per_call"])
+            if best is None or batch["parent_wall_ms"] < best["parent_wall_ms"]:
+                best = batch
+            if done < 2:
+                continue
+            reference = max(median_ms, retimed or 0.0)
+            if best["parent_wall_ms"] <= calls * escape_bound(reference, best["launch_ms_per_call"], calls):
+                break
+            if retimed is None:
+                retimed = statistics.median(retime())
+        best["batches"] = done
+        if retimed is not None:
+            best["retimed_median_ms"] = retimed
+        return best
+
+    def _device_time(self, problem, shape, worker, sets_described, slots, buffers, seed_of, batch, launch_ms, label, timeout):
+        """A host-bound call's time with the host far ahead (the device waits while the host queues the
+        batch): the part of its figure that does not follow the host. Its outputs are verified too."""
+        calls = min(16, len(slots))
+        for i in range(calls):
+            SharedPool.refill(buffers[i], self._draw(problem, shape, seed_of(batch, i)))
+            poison(slots[i])
+        self._sync()
+        reply = worker.request({"cmd": "queued", "shape": shape.name, "sets": sets_described(calls), "slots": [describe_shared(s) for s in slots[:calls]],
+                                "host_ms_per_call": launch_ms}, timeout, f"the device time of {label}")
+        device_ms = reply.get("device_ms")
+        if device_ms is None:
+            return None
+        if not isinstance(device_ms, (int, float)) or not math.isfinite(device_ms):
+            raise Failure("bad-reply", f"{label}: the device time is not a number")
+        for i in range(calls):
+            self._verify(problem, shape, seed_of(batch, i), slots[i], buffers[i], label, "a queued call")
+        return float(device_ms)
+
+    def _profile(self, problem: Problem, worker: Worker, record: dict, shape):
+        """Which kernels the call launched at this timing shape: none of its own is not a custom kernel."""
+        pool = SharedPool(self.device, None)
+        inputs, described = pool.share(self._draw(problem, shape, derive_seed(self.seed, problem.name, shape.name, "profile")))
+        self._sync()
+        result = worker.request({"cmd": "profile", "shape": shape.name, "inputs": described}, self.config.call_timeout_s, f"profiling {shape.name}")
+        _expect(result, {"kernel_count": int, "own_kernels": int, "own_share": (int, float), "kernels": list}, "profiling")
+        result.pop("status", None)
+        record["profile"] = record["profile"] or result
+        record.setdefault("profiles", {})[shape.name] = {k: result[k] for k in ("kernel_count", "own_kernels", "own_share")}
+        if result["kernel_count"] and result["own_kernels"] == 0:
+            names = ", ".join(str(k.get("name", ""))[:40] for k in result["kernels"][:3] if isinstance(k, dict))
+            raise Failure("not-custom-kernel", f"{shape.name}: launched {result['kernel_count']} kernel(s), none of its own ({names})")
+        if result["kernel_count"] == 0:
+            raise Failure("not-custom-kernel", f"{shape.name}: launched no GPU kernel at all during forward")
+
+    def _time_again(self, problem: Problem, worker: Worker, shape, target: Target) -> list:
+        """The same shape in fresh workers, one after another (fresh inputs in each): a host-bound figure
+        moves more between processes than within one."""
         runs = []
         for process in range(2, self.config.host_bound_processes + 1):
-            extra = WorkerHandle(handle.spec)
+            extra = spawn(worker.spec, self.config)
             try:
                 extra.request({"cmd": "load"}, self.config.build_timeout_s, f"loading for {self._label(shape, process)}")
-                stats, batch = self._time_in(problem, extra, shape, msg, target, process)
-                runs.append((stats["median_ms"], batch, stats.get("host_probe_us"), stats.get("device_ms")))
+                runs.append(self._time_in(problem, extra, shape, target, process))
             except Failure as failure:
                 if target.kind == "solution":
                     raise
@@ -362,33 +727,19 @@ class Run:
                 extra.close()
         return runs
 
-    @staticmethod
-    def _note_host_figures(entry: dict, runs: list):
-        """Per process (runs: (median, batch, host probe, device time)): the host's issue time for a tiny
-        operation (timing.host_issue_probe), which tells a host-bound figure that moved apart from a host
-        that moved; and for a host-bound entry its device time with the host far ahead
-        (timing.device_time_per_call), the part of its figure that does not follow the host. The entry's
-        device time is the median over the processes that measured one."""
-        probes = [run[2] for run in runs]
-        if probes and probes[0] is not None:
-            entry["host_probe_us"] = probes[0]
-            if len(probes) > 1:
-                entry["process_host_probe_us"] = list(probes)
-        device = [run[3] for run in runs if run[3] is not None]
-        if device:
-            entry["device_ms"] = statistics.median(device)
-            if len(runs) > 1:
-                entry["process_device_ms"] = [run[3] for run in runs]
-
-    def _timing_entry(self, shape, stats, batch, medians: list, nbytes, flops, baselines) -> dict:
-        """The shape's entry. `medians` has one median per process timed, the first process's first;
-        with several, the entry's median is the median of theirs (rates and speedups follow it) and its
-        other statistics stay the first process's."""
+    def _timing_entry(self, shape, runs: list, nbytes, flops, baselines) -> dict:
+        """The shape's entry. With several processes the median is the median of theirs (rates and
+        speedups follow it) and the other statistics stay the first process's."""
+        stats, batch, parent = runs[0]
+        medians = [r[0].median_ms for r in runs]
         median = statistics.median(medians)
         seconds = median / 1e3
-        entry = {"shape": shape.name, "dtype": shape.dtype, "median_ms": median, **{k: stats[k] for k in ("mean_ms", "std_ms", "min_ms", "max_ms", "reps", "se_pct", "timer", "budget_hit")},
+        entry = {"shape": shape.name, "dtype": shape.dtype, "median_ms": median,
+                 **{k: getattr(stats, k) for k in ("mean_ms", "std_ms", "min_ms", "max_ms", "reps", "se_pct", "timer", "budget_hit")},
                  "bytes": nbytes, "flops": flops, "GBps": nbytes / seconds / 1e9 if seconds > 0 else math.inf,
                  "TFLOPs": flops / seconds / 1e12 if seconds > 0 else math.inf, "batch": batch}
+        if parent.get("wall_ms_per_call") is not None:
+            entry["parent_clock"] = {k: parent[k] for k in ("wall_ms_per_call", "null_ms_per_call", "batches")}
         if len(medians) > 1:
             entry.update(median_of="processes", processes=len(medians), process_medians_ms=list(medians))
         if self.copy_bw:
@@ -397,62 +748,95 @@ class Run:
             base = baselines.get(shape.name, {}).get(kind)
             if base and median > 0:
                 entry[f"speedup_{kind}"] = base / median
+        probes = [r[2].get("host_probe_us") for r in runs]
+        if probes and probes[0] is not None:
+            entry["host_probe_us"] = probes[0]
+            if len(probes) > 1:
+                entry["process_host_probe_us"] = list(probes)
+        device = [r[2].get("device_ms") for r in runs if r[2].get("device_ms") is not None]
+        if device:
+            entry["device_ms"] = statistics.median(device)
+            if len(runs) > 1:
+                entry["process_device_ms"] = [r[2].get("device_ms") for r in runs]
         return entry
 
-    def _physics(self, label: str, entry: dict, median_ms: float, batch: dict | None):
-        """One process's median against the physical floor, and its batch against that median (the
-        escape check). Every process is checked, so the entry's median, never below the smallest of
-        them, is checked too."""
+    def floor_seconds(self, problem: Problem, shape) -> tuple:
+        """(the least time the shape's bytes and flops allow at the measured ceilings, what bounds it).
+        Reads stream at up to the read ceiling; what is written costs what it costs in a copy beyond its
+        read half, so a copy-like kernel is bounded by the copy figure and a read-only one by the read figure."""
+        total = problem.bytes_moved(shape)
+        written = problem.bytes_written(shape) if hasattr(problem, "bytes_written") else 0.0
+        read = max(total - written, 0.0)
+        read_bw = max(self.read_bw, self.copy_bw)
+        write_cost = max(2.0 / self.copy_bw - 1.0 / read_bw, 0.0)  # seconds per written byte
+        floor_bytes = read / read_bw + written * write_cost
+        floor_flops = problem.flops(shape) / self.matmul_rate if self.matmul_rate else 0.0
+        if floor_bytes >= floor_flops:
+            return floor_bytes, "bytes at the measured read and copy bandwidth"
+        return floor_flops, "flops at the measured bf16 matrix rate"
+
+    def _physics(self, problem, shape, label: str, entry: dict, median_ms: float, batch: dict | None, parent: dict):
+        """One process's median against the physical floor, against the parent's own clock over the
+        timed batches, and the escape check's batch against it."""
         if self.device.type != "cuda":
             return
-        seconds = median_ms / 1e3
-        floor_bytes = entry["bytes"] / (PHYSICS_MARGIN * self.copy_bw)
-        floor_flops = entry["flops"] / (PHYSICS_MARGIN * self.matmul_rate) if self.matmul_rate else 0.0
-        floor = max(floor_bytes, floor_flops)
-        if seconds < floor:
-            which = "bytes at the measured copy bandwidth" if floor_bytes >= floor_flops else "flops at the measured bf16 matrix rate"
-            raise Failure("impossible-time", f"{label}: median {median_ms * 1e3:.1f} us is below the physical floor of "
-                                             f"{floor * 1e6:.1f} us ({which}, with {PHYSICS_MARGIN}x margin)")
+        floor, which = self.floor_seconds(problem, shape)
+        floor /= PHYSICS_MARGIN
+        if median_ms / 1e3 < floor:
+            raise Failure("impossible-time", f"{label}: median {median_ms * 1e3:.2f} us is below the physical floor of "
+                                             f"{floor * 1e6:.2f} us ({which}, with {PHYSICS_MARGIN}x margin)")
+        if parent.get("wall_ms_per_call") is not None:
+            seen = parent["wall_ms_per_call"] - parent["null_ms_per_call"]
+            if seen > parent_clock_bound(median_ms):
+                raise Failure("escaped-timing", f"{label}: the parent's clock saw {seen * 1e3:.1f} us per call beyond a trivial call "
+                                                f"over {parent['batches']} timed batches, the events {median_ms * 1e3:.1f} us: the timing "
+                                                "was not what the calls took")
         if batch:
-            host, launch = batch["wall_ms_per_call"], batch["launch_ms_per_call"]
-            tries = f" (fastest of {batch['batches']} batches)" if batch.get("batches", 1) > 1 else ""
-            # Under lasting contention the worker re-timed the calls just before its last batches: the bound
-            # follows the higher of the two medians (timing.host_batch_check says why that is still safe).
             retimed = batch.get("retimed_median_ms")
             reference = max(median_ms, retimed or 0.0)
-            if host > escape_bound(reference, launch):
+            calls = batch["calls"]
+            tries = f" (fastest of {batch['batches']} batches)" if batch.get("batches", 1) > 1 else ""
+            host = batch["parent_wall_ms"] / calls
+            if batch["parent_wall_ms"] > calls * escape_bound(reference, batch["launch_ms_per_call"], calls):
                 seen = f"{median_ms * 1e3:.1f} us" + (f" ({retimed * 1e3:.1f} us re-timed)" if retimed else "")
-                raise Failure("escaped-timing", f"{label}: a device-synchronised batch took {host * 1e3:.1f} us per call{tries} but the "
-                                                f"timing events saw {seen}: work escaped the events (another stream or thread?)")
-            seen = batch.get("events_ms_per_call")
-            if seen is not None and host > escape_bound(seen, launch):
-                raise Failure("escaped-timing", f"{label}: a device-synchronised batch took {host * 1e3:.1f} us per call but its own "
-                                                f"events on the current stream saw {seen * 1e3:.1f} us: work ran on another stream")
+                raise Failure("escaped-timing", f"{label}: {calls} device-synchronised calls took {host * 1e3:.1f} us each{tries} on the "
+                                                f"parent's clock but the timing events saw {seen}: work escaped the events (another stream or thread?)")
+            events = batch.get("events_ms_per_call")
+            if events is not None and batch["wall_ms_per_call"] > escape_bound(events, batch["launch_ms_per_call"], calls):
+                raise Failure("escaped-timing", f"{label}: a device-synchronised batch took {batch['wall_ms_per_call'] * 1e3:.1f} us per call but "
+                                                f"its own events on the current stream saw {events * 1e3:.1f} us: work ran on another stream")
 
 
-def prebuild(items: list, device: torch.device, jobs: int = 4, timeout: float = 1800.0) -> dict:
-    """Build (import) several solutions at once, each in its own worker, so that the evaluation that
-    follows finds every extension cached. items: (problem, path) pairs. Returns {path: (ok, seconds
-    or the failure's reason)}."""
-    pending = [(problem, path) for problem, path in items if needs_cuda(path)]
+def prebuild(items: list, device: torch.device, jobs: int = 4, timeout: float = 1800.0, config: Config | None = None) -> dict:
+    """Build (import) several solutions at once, each in its own sandboxed worker, so that the
+    evaluation that follows finds every extension cached. Returns {path: (ok, seconds or reason)}.
+    Every process a build left is killed before anything is timed."""
+    config = config or Config()
+    pending = [(problem, path) for problem, path in items if needs_cuda(path) and not scan_violations(path)]
     running, results = [], {}
+    sandbox.become_subreaper()
     while pending or running:
         while pending and len(running) < jobs:
             problem, path = pending.pop(0)
-            spec = {"kind": "solution", "path": str(path), "problem_dir": str(problem.directory), "device": str(device),
-                    "requires": [], "function": ""}
-            handle = WorkerHandle(spec)
-            handle.conn.send({"cmd": "load"})
-            running.append((path, handle, time.monotonic()))
+            spec = {"kind": "solution", "path": str(Path(path).resolve()), "problem_dir": str(problem.directory.resolve()),
+                    "device": str(device), "requires": [], "function": "", "extension_dir": str(build.extension_dir(Path(path), problem.name))}
+            worker = spawn(spec, config)
+            worker.channel.send({"cmd": "load"})
+            running.append((path, worker, time.monotonic()))
         for item in list(running):
-            path, handle, started = item
-            if handle.conn.poll(0) or not handle.process.is_alive() or time.monotonic() - started > timeout:
-                try:
-                    reply = handle.conn.recv() if handle.conn.poll(0.5) else {"status": "fail", "reason": "no answer"}
-                    results[str(path)] = (True, reply["build_s"]) if reply["status"] == "ok" else (False, reply["reason"])
-                except (EOFError, OSError):
-                    results[str(path)] = (False, "worker died while building")
-                handle.close()
-                running.remove(item)
-        time.sleep(0.2)
+            path, worker, started = item
+            finished = worker.process.poll() is not None or time.monotonic() - started > timeout
+            try:
+                reply = worker.channel.recv(timeout=0.05)
+                results[str(path)] = (True, float(reply["load_s"])) if reply.get("status") == "ok" else (False, str(reply.get("reason"))[:300])
+            except TimeoutError:
+                if not finished:
+                    continue
+                results[str(path)] = (False, "worker died or hung while building")
+            except (ChannelError, KeyError, TypeError, ValueError):
+                results[str(path)] = (False, "worker sent a malformed reply while building")
+            worker.close()
+            running.remove(item)
+        time.sleep(0.05)
+    sandbox.reap_strays(keep=Worker.live)
     return results

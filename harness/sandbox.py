@@ -277,7 +277,7 @@ def _is_within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def child_read_paths(solution: Path, problem_dir: Path, extra=()) -> list[Path]:
+def child_read_paths(solution: Path | None, problem_dir: Path, extra=()) -> list[Path]:
     """What a worker legitimately reads: the Python installation, torch, CUDA, the system folders, the harness
     package, the problem folder and the solution file alone (not its folder). Never the repository root (it holds
     results/), nor /tmp or /root as a whole; an interpreter or sys.path entry that lives under them is listed
@@ -298,13 +298,13 @@ def child_read_paths(solution: Path, problem_dir: Path, extra=()) -> list[Path]:
     candidates += [cuda_home, os.path.join(cuda_home, "lib64"), os.path.join(cuda_home, "lib")]
     candidates += ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/dev", "/proc", "/sys",
                    "/run/nvidia-persistenced", "/run/nvidia-fabricmanager"]
-    candidates += [str(Path(__file__).resolve().parent), str(problem_dir), str(solution)]
+    candidates += [str(Path(__file__).resolve().parent), str(problem_dir)] + ([str(solution)] if solution else [])
     candidates += [str(p) for p in extra]
 
     # Folders that must never be readable as a whole: a candidate equal to one of them, or above one, is dropped.
     # The solution's own folder is one of them (only the file is read; other solutions may lie beside it).
-    forbidden = [str(REPO_ROOT), str(REPO_ROOT / "results"), str(Path(solution).parent), "/tmp", "/root", "/home",
-                 "/work", "/"]
+    forbidden = [str(REPO_ROOT), str(REPO_ROOT / "results"), "/tmp", "/root", "/home", "/work", "/"]
+    forbidden += [str(Path(solution).parent)] if solution else []
     resolved = []
     for path in candidates:
         if not os.path.isabs(path) or not os.path.exists(path):
@@ -452,3 +452,19 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def children() -> list[int]:
+    """Pids whose parent is this process (workers, and orphans handed back to it as subreaper)."""
+    me = os.getpid()
+    return sorted(pid for pid, parent in _process_table().items() if parent == me)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` in the process tree, at any depth."""
+    table, found, frontier = _process_table(), [], [pid]
+    while frontier:
+        below = [child for child, parent in table.items() if parent in frontier]
+        found += below
+        frontier = below
+    return found

@@ -1,26 +1,24 @@
-"""Timing: the same code times solutions, the eager and compiled references, and other libraries.
+"""Timing: the loops the child runs under the parent's orders, and the figures the parent derives.
 
-On a GPU each call is bracketed by CUDA events recorded on the current stream, after an L2 flush
-(writing a buffer of at least twice the L2). Calls run in batches over freshly drawn input sets, and
-batches continue until the standard error of the mean is under 1% (at least `min_reps` calls) or the
-time budget is spent. On the CPU a wall clock brackets each call instead.
+The parent decides everything about a timing: which input sets (drawn by it, fresh for every call),
+how many batches, when to stop, which outputs it verifies. The child only runs one batch at a time:
+flush the L2 (a buffer of at least twice its size is overwritten), record a begin event, call, record
+an end event, copy the output into the parent's slot; then a synchronise and the event times go back.
 
-Launch-bound calls (many small kernels) are timed as do_bench times them, host launch gaps included, so
-their figure depends on the host: a timed warm-up of the same flush-and-call pattern comes first (the
-CPU's clocks and caches settle), and Python's garbage collector is paused while the calls are timed
-(as `timeit` does), so that a collection pass does not land in some runs' samples and not in others'.
-Each batch on a GPU starts with a short device-side wait, so that the host queues the batch's first calls
-while the device is still busy and a call the host issues faster than the device runs it is timed on the
-device alone. A host-bound call also gets a device time: the same calls queued far ahead of the device
-(device_time_per_call), the part of its figure that does not follow the host's speed.
+`make_timer` builds those loops as closures over C-level callables taken before any solution code is
+imported (the CUDA event type of torch._C, TensorBase.fill_/copy_, the builtin perf_counter). Nothing
+they call at run time goes through a module's globals, so a solution that rewrites torch's or the
+harness's module dicts (shadowing `super` in torch.cuda.streams, say) cannot change what they read.
+Torch function and dispatch modes are refused after every call (a mode could intercept the copy), and
+the copy runs with Python dispatch disabled.
 
-The functions below are bound at import, before any solution code runs, and keep their own references
-to the clock and event methods, so a solution that patches torch or time cannot change what they read.
+Launch-bound calls (many small kernels) are timed as do_bench times them, launch gaps included: each
+batch starts with a short device-side wait so the host queues its first calls while the device is
+busy, and Python's garbage collector is paused while a batch runs (as `timeit` does).
 """
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import os
 import statistics
@@ -28,25 +26,13 @@ import time
 
 import torch
 
-_perf_counter = time.perf_counter
-_Event = torch.cuda.Event
-_elapsed_time = torch.cuda.Event.elapsed_time
-_event_record = torch.cuda.Event.record
-_event_synchronize = torch.cuda.Event.synchronize
-_cuda_synchronize = torch.cuda.synchronize
-_device_sleep = getattr(torch.cuda, "_sleep", None)
-
-# Cycles the device spins at the start of each timed batch (~0.1 ms at H200 clocks): the device is idle
-# after the batch's synchronise, so without this wait the first call of every batch would pay the host's
-# launch latency whenever issuing it takes longer than the L2 flush before it takes on the device.
+# Cycles the device spins at the start of each timed batch (~0.1 ms at H200 clocks).
 BATCH_START_WAIT_CYCLES = 200_000
+# SM clock cycles per millisecond for the device-side wait (H200 boost ~1.98 GHz).
+SLEEP_CYCLES_PER_MS = 2_000_000
 
-
-# A timed batch holds about this many bytes of fresh inputs: at least 4 sets, at most 32. A batch of four
-# calls that take 0.1 ms is too short for the host to issue launches as fast as it does in a long loop
-# (do_bench, a training step): after each batch's synchronise the issue path is cold again. Measured on
-# the H200 (benchmarks/timing_probe.py, eager InfoNCE at its seed shape, two passes in each of two
-# processes): 4 sets per batch read 5-27% above do_bench, 32 sets between 11% below and 9% above it.
+# A timed batch holds about this many bytes of fresh inputs: at least 4 sets, at most 32. Short batches
+# leave the host's issue path cold after every synchronise (benchmarks/timing_probe.py).
 BATCH_INPUT_BYTES = 2**30
 MAX_SETS_PER_BATCH = 32
 
@@ -71,23 +57,226 @@ class TimingStats:
     budget_hit: bool = False
 
     @classmethod
-    def from_samples(cls, samples: list, timer: str, budget_hit: bool) -> "TimingStats":
+    def from_samples(cls, samples: list, timer: str, budget_hit: bool = False) -> "TimingStats":
         mean = statistics.fmean(samples)
         std = statistics.stdev(samples) if len(samples) > 1 else 0.0
         se_pct = 100.0 * std / math.sqrt(len(samples)) / mean if mean > 0 else 0.0
         return cls(statistics.median(samples), mean, std, min(samples), max(samples), len(samples), se_pct, timer, budget_hit)
 
 
-class L2Flusher:
-    """Writes a buffer of at least twice the L2 before each timed call so that no call finds its data cached."""
+class LoopViolation(Exception):
+    """The call broke a rule the loop itself sees (a mode left active, the stream changed, a bad output)."""
 
-    def __init__(self, device):
-        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
-        self.nbytes = max(2 * l2, 256 * 2**20)
-        self.buffer = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)
+    def __init__(self, rule: str, reason: str):
+        super().__init__(reason)
+        self.rule, self.reason = rule, reason
 
-    def __call__(self):
-        self.buffer.fill_(0x5A5A5A5A)
+
+def make_timer(device: torch.device):
+    """The child's loops, as closures over primitives captured now (before the solution is imported)."""
+    is_cuda = device.type == "cuda"
+    perf = time.perf_counter
+    gc_module = __import__("gc")
+    gc_disable, gc_enable, gc_isenabled, gc_collect = gc_module.disable, gc_module.enable, gc_module.isenabled, gc_module.collect
+    fill, copy, empty = torch._C.TensorBase.fill_, torch._C.TensorBase.copy_, torch.empty
+    tensor_type, tf_depth, td_depth = torch.Tensor, torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack
+    no_tf, no_td = torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch
+    median, fmean = statistics.median, statistics.fmean
+    range_, len_, zip_, min_, max_, type_, str_ = range, len, zip, min, max, type, str
+    if is_cuda:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        Event = torch._C._CudaEventBase
+        record, elapsed, ev_sync = Event.record, Event.elapsed_time, Event.synchronize
+        current_stream = torch._C._cuda_getCurrentStream
+        stream = torch.cuda.current_stream(index)
+        stream_id = current_stream(index)[0]
+        device_sync, device_sleep = torch._C._cuda_synchronize, getattr(torch._C, "_cuda_sleep", None)
+        props = torch.cuda.get_device_properties(index)
+        flush_bytes = max(2 * getattr(props, "L2_cache_size", 50 * 2**20), 256 * 2**20)
+        flush_buffer = empty(flush_bytes // 4, dtype=torch.int32, device=device)
+
+    def flush():
+        with no_tf(), no_td():
+            fill(flush_buffer, 0x5A5A5A5A)
+
+    def sync():
+        if is_cuda:
+            device_sync()
+
+    def after_call(out, slot):
+        """The rules the loop checks itself, then the copy of the output into the parent's slot."""
+        if tf_depth() or td_depth():
+            raise LoopViolation("tampering", "a torch function or dispatch mode was left active by forward")
+        if is_cuda and current_stream(index)[0] != stream_id:
+            raise LoopViolation("escaped-timing", "forward left another CUDA stream current")
+        if slot is None:
+            return
+        if type_(out) is not tensor_type:
+            raise LoopViolation("bad-output", f"returned {type_(out).__module__}.{type_(out).__qualname__}, not a plain torch.Tensor")
+        if out.shape != slot.shape or out.dtype != slot.dtype or out.device.type != slot.device.type:
+            raise LoopViolation("bad-output", f"returned shape {tuple(out.shape)} {str_(out.dtype).removeprefix('torch.')} on "
+                                              f"{out.device.type}, expected {tuple(slot.shape)} {str_(slot.dtype).removeprefix('torch.')} "
+                                              f"on {slot.device.type}")
+        if out.numel() and 0 in out.stride():
+            raise LoopViolation("bad-output", "output is a broadcast view (a stride is 0), not a materialised result")
+        with no_tf(), no_td():
+            copy(slot, out)
+
+    def warm_up(fn, inputs, seconds: float, min_calls: int = 3):
+        """Untimed calls in the timed pattern (flush, call) for at least `seconds` and `min_calls` calls."""
+        start, calls = perf(), 0
+        while calls < min_calls or perf() - start < seconds:
+            if is_cuda:
+                flush()
+            out = fn(*inputs)
+            after_call(out, None)
+            del out
+            calls += 1
+            if calls % 8 == 0:
+                sync()
+        sync()
+
+    def timed_batch(fn, sets: list, slots: list) -> list:
+        """One batch: per set, flush, begin, call, end, copy into its slot. Returns ms per call."""
+        was_enabled = gc_isenabled()
+        gc_collect()
+        gc_disable()
+        try:
+            sync()
+            if not is_cuda:
+                times = []
+                for inputs, slot in zip_(sets, slots):
+                    t0 = perf()
+                    out = fn(*inputs)
+                    times.append((perf() - t0) * 1e3)
+                    after_call(out, slot)
+                    del out
+                return times
+            events = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range_(len_(sets))]
+            if device_sleep is not None:
+                device_sleep(BATCH_START_WAIT_CYCLES)
+            for inputs, slot, (begin, end) in zip_(sets, slots, events):
+                flush()
+                record(begin, stream)
+                out = fn(*inputs)
+                record(end, stream)
+                after_call(out, slot)
+                del out
+            ev_sync(events[-1][1])
+            sync()
+            return [elapsed(begin, end) for begin, end in events]
+        finally:
+            if was_enabled:
+                gc_enable()
+
+    def burst(fn, sets: list, calls: int) -> dict:
+        """`calls` back-to-back calls over `sets` in turn, no flush, ending in a device-wide synchronise:
+        host time to issue them, host time until the device is done, and the current stream's events
+        over the batch. Work that escaped the events (another stream, a thread) shows as wall time."""
+        sync()
+        if is_cuda:
+            begin, end = Event(enable_timing=True), Event(enable_timing=True)
+            record(begin, stream)
+        t0 = perf()
+        for i in range_(calls):
+            out = fn(*sets[i % len_(sets)])
+            after_call(out, None)
+            del out
+        launched = perf()
+        if is_cuda:
+            record(end, stream)
+        sync()
+        done = perf()
+        result = {"calls": calls, "launch_ms_per_call": (launched - t0) * 1e3 / calls, "wall_ms_per_call": (done - t0) * 1e3 / calls}
+        if is_cuda:
+            ev_sync(end)
+            result["events_ms_per_call"] = elapsed(begin, end) / calls
+        return result
+
+    def queued(fn, sets: list, slots: list, host_ms_per_call: float, tries: int = 3):
+        """Median ms per call with the host far ahead: the device waits until the host has queued every
+        call of the batch, so each call's events see the device's work alone. None when the host never
+        got ahead (a synchronisation inside the call), or without a GPU."""
+        if not is_cuda or device_sleep is None or not sets:
+            return None
+        wait_ms = 3.0 * len_(sets) * (host_ms_per_call + 0.02) + 1.0
+        for _ in range_(tries):
+            sync()
+            slept = (Event(enable_timing=True), Event(enable_timing=True))
+            record(slept[0], stream)
+            device_sleep(int(wait_ms * SLEEP_CYCLES_PER_MS))
+            record(slept[1], stream)
+            events = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range_(len_(sets))]
+            t0 = perf()
+            for inputs, slot, (begin, end) in zip_(sets, slots, events):
+                flush()
+                record(begin, stream)
+                out = fn(*inputs)
+                record(end, stream)
+                after_call(out, slot)
+                del out
+            issued_ms = (perf() - t0) * 1e3
+            sync()
+            if issued_ms < elapsed(*slept):
+                return median(elapsed(begin, end) for begin, end in events)
+            wait_ms = max_(2.0 * wait_ms, 2.0 * issued_ms)
+        return None
+
+    def issue_probe(calls: int = 200, repeats: int = 5) -> float:
+        """Microseconds the host takes right now to issue one tiny operation: the host's speed for
+        launch-bound work, recorded beside each timing."""
+        x = torch.zeros(1, device=device)
+        per_call = []
+        for _ in range_(repeats):
+            sync()
+            t0 = perf()
+            for _ in range_(calls):
+                x.add_(1.0)
+            per_call.append((perf() - t0) / calls * 1e6)
+        sync()
+        return median(per_call)
+
+    return dataclasses.make_dataclass("Timer", ["warm_up", "timed_batch", "burst", "queued", "issue_probe", "after_call", "sync"])(
+        warm_up, timed_batch, burst, queued, issue_probe, after_call, sync)
+
+
+# ---- figures the parent derives ----------------------------------------------------------------
+ESCAPE_FACTOR = 1.5     # a device-synchronised batch may take this much longer per call than the events saw
+ESCAPE_SLACK_MS = 0.3   # plus this much per batch (not per call): a synchronise, a reply, the host's jitter
+# The parent's clock over each timed batch, less the same batch with a trivial call in place of the
+# solution, divided by the calls, may exceed the claimed median by this factor plus this slack per call.
+PARENT_CLOCK_FACTOR = 1.25
+PARENT_CLOCK_SLACK_MS = 0.003
+
+
+def escape_bound(events_ms: float, launch_ms: float, calls: int = 1) -> float:
+    """The most a device-synchronised call may take, per call, when all of its work was inside the events."""
+    return ESCAPE_FACTOR * max(events_ms, launch_ms) + ESCAPE_SLACK_MS / max(1, calls)
+
+
+def burst_calls(median_ms: float, target_ms: float = 5.0, least: int = 20, most: int = 2000) -> int:
+    """Calls in an escape-check batch: long enough (about `target_ms`) that its slack per call is small."""
+    return int(min(most, max(least, math.ceil(target_ms / max(median_ms, 1e-4)))))
+
+
+def parent_clock_bound(median_ms: float) -> float:
+    return PARENT_CLOCK_FACTOR * median_ms + PARENT_CLOCK_SLACK_MS
+
+
+HOST_BOUND = 0.8  # host time to issue a call / its median, at or above which the figure is the host's
+
+
+def is_host_bound(median_ms: float | None, batch: dict | None) -> bool:
+    """Issuing the call (launches, or a synchronisation inside it) took most of its measured time: the
+    figure then measures the host CPU as much as the GPU, and moves between processes and machines."""
+    launch = (batch or {}).get("launch_ms_per_call")
+    return bool(launch and median_ms and launch >= HOST_BOUND * median_ms)
+
+
+def entry_is_host_bound(entry: dict) -> bool:
+    """is_host_bound for a recorded timing entry (its batch check ran in the first process)."""
+    first = (entry.get("process_medians_ms") or [entry.get("median_ms")])[0]
+    return is_host_bound(first, entry.get("batch"))
 
 
 def _parse_cpu_list(text: str) -> set:
@@ -101,8 +290,7 @@ def _parse_cpu_list(text: str) -> set:
 
 def pin_near_device(device) -> str:
     """Restrict this process to the CPUs on the GPU's own NUMA node, when the machine says which they
-    are: a launch-bound call launched from the far socket is slower, and which socket a process lands
-    on changes from run to run. Returns the CPU list in use ("" when left unchanged)."""
+    are: a launch-bound call launched from the far socket is slower. Returns the CPU list ("" if unchanged)."""
     if device.type != "cuda" or not hasattr(os, "sched_setaffinity"):
         return ""
     try:
@@ -120,246 +308,40 @@ def pin_near_device(device) -> str:
         return ""
 
 
-def _sync(device):
-    if device.type == "cuda":
-        _cuda_synchronize(device)
-
-
-def warm_up(fn, inputs, device, flush, seconds: float, min_calls: int = 3):
-    """Untimed calls in the timed pattern (flush, call) for at least `seconds` and `min_calls` calls."""
-    start, calls = _perf_counter(), 0
-    while calls < min_calls or _perf_counter() - start < seconds:
-        if flush is not None:
-            flush()
-        fn(*inputs)
-        calls += 1
-        if calls % 8 == 0:
-            _sync(device)
-    _sync(device)
-
-
-def time_calls(fn, draw_set, device, *, budget_s=2.0, min_reps=10, max_reps=2000, sets_per_batch=4,
-               target_se_pct=1.0, on_output=None, warmup_s=0.1, pause_gc=True, warm_inputs=None):
-    """Time fn(*inputs) over fresh input sets. draw_set(k) returns the k-th input set (a list); the
-    warm-up uses `warm_inputs`, or set -1 when none are given. on_output(k, output, inputs) is called
-    after each timed call (outside the timed region)."""
-    is_cuda = device.type == "cuda"
-    flush = L2Flusher(device) if is_cuda else None
-    warm_up(fn, draw_set(-1) if warm_inputs is None else warm_inputs, device, flush, warmup_s)
-    gc_was_enabled = gc.isenabled()
-    if pause_gc:
-        gc.collect()
-        gc.disable()
-    try:
-        return _timed_batches(fn, draw_set, device, flush, budget_s, min_reps, max_reps, sets_per_batch,
-                              target_se_pct, on_output)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-
-
-def _issue_timed(fn, batch: list, flush) -> tuple:
-    """Queue one timed call per input set: flush, begin event, call, end event. Returns (outputs, events)."""
-    events = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in batch]
-    outputs = []
-    for inputs, (begin, end) in zip(batch, events):
-        flush()
-        _event_record(begin)
-        outputs.append(fn(*inputs))
-        _event_record(end)
-    return outputs, events
-
-
-def _timed_batches(fn, draw_set, device, flush, budget_s, min_reps, max_reps, sets_per_batch, target_se_pct,
-                   on_output):
-    is_cuda = flush is not None
-    samples, k, start = [], 0, _perf_counter()
-    budget_hit = False
-    while True:
-        batch = [draw_set(k + i) for i in range(sets_per_batch)]
-        _sync(device)
-        if is_cuda:
-            if _device_sleep is not None:
-                _device_sleep(BATCH_START_WAIT_CYCLES)
-            outputs, events = _issue_timed(fn, batch, flush)
-            _event_synchronize(events[-1][1])
-            _sync(device)
-            samples.extend(_elapsed_time(begin, end) for begin, end in events)
-        else:
-            outputs = []
-            for inputs in batch:
-                t0 = _perf_counter()
-                outputs.append(fn(*inputs))
-                samples.append((_perf_counter() - t0) * 1e3)
-        if on_output is not None:
-            for i, (inputs, output) in enumerate(zip(batch, outputs)):
-                on_output(k + i, output, inputs)
-        del outputs, batch
-        k += sets_per_batch
-        stats = TimingStats.from_samples(samples, "cuda-events" if is_cuda else "wall-clock", False)
-        if len(samples) >= min_reps and stats.se_pct < target_se_pct:
-            break
-        if len(samples) >= max_reps:
-            break
-        if _perf_counter() - start > budget_s and len(samples) >= min_reps:
-            budget_hit = True
-            break
-    stats.budget_hit = budget_hit
-    return stats
-
-
-ESCAPE_FACTOR = 1.5     # a device-synchronised batch may take this much longer per call than the events saw
-# Plus this host-side slack (ms): per-call launch jitter on a small shape reached ~30 us on a shared GPU
-# (an honest kernel measured 41 us against 9 us of events under four parallel test runs).
-ESCAPE_SLACK_MS = 0.1
-
-
-def escape_bound(events_ms: float, launch_ms: float) -> float:
-    """The most a device-synchronised call may take when all of its work was inside the events."""
-    return ESCAPE_FACTOR * max(events_ms, launch_ms) + ESCAPE_SLACK_MS
-
-
-HOST_BOUND = 0.8  # host time to issue a call / its median, at or above which the figure is the host's
-
-
-def is_host_bound(median_ms: float | None, batch: dict | None) -> bool:
-    """The host batch check says issuing the call (launches, or a synchronisation inside it) took most
-    of its measured time: the figure then measures the host CPU as much as the GPU, and moves between
-    processes and machines."""
-    launch = (batch or {}).get("launch_ms_per_call")
-    return bool(launch and median_ms and launch >= HOST_BOUND * median_ms)
-
-
-def entry_is_host_bound(entry: dict) -> bool:
-    """is_host_bound for a recorded timing entry. Its batch check ran in the first process, so it is
-    compared with that process's median, not with the median over processes."""
-    first = (entry.get("process_medians_ms") or [entry.get("median_ms")])[0]
-    return is_host_bound(first, entry.get("batch"))
-
-
-def host_issue_probe(device, calls: int = 200, repeats: int = 5) -> float:
-    """Microseconds the host takes right now to issue one tiny operation (a kernel launch on a GPU):
-    the host's speed for launch-bound work. Recorded beside each timing, so that a host-bound figure that
-    moved between runs can be told apart from a host that got faster or slower."""
-    x = torch.zeros(1, device=device)
-    per_call = []
-    for _ in range(repeats):
-        _sync(device)
-        t0 = _perf_counter()
-        for _ in range(calls):
-            x.add_(1.0)
-        per_call.append((_perf_counter() - t0) / calls * 1e6)
-    _sync(device)
-    return statistics.median(per_call)
-
-
-# SM clock cycles per millisecond for the device-side wait (H200 boost ~1.98 GHz): at a lower clock the
-# wait only lasts longer, which is safe.
-SLEEP_CYCLES_PER_MS = 2_000_000
-
-
-def device_time_per_call(fn, draw_set, device, *, first_k: int, calls: int, host_ms_per_call: float,
-                         on_output=None, tries: int = 3) -> float | None:
-    """Median time per call with the host far ahead: the device waits (`torch.cuda._sleep`) until the
-    host has queued every call of the batch (flush, events, call), so each call's events see only the
-    device's work, launch gaps between queued kernels included. For a host-bound call this is the part
-    that does not move with the host's speed: what a CUDA graph or a host that runs ahead would get.
-    The host's issue time is checked against the wait, which doubles on a miss; None when the host never
-    got ahead (a synchronisation inside the call holds it back) or without a GPU. Draws fresh sets from
-    first_k onwards; on_output(k, output, inputs) sees each call's output, as in time_calls."""
-    if device.type != "cuda" or _device_sleep is None or calls < 1:
-        return None
-    flush = L2Flusher(device)
-    wait_ms = 3.0 * calls * (host_ms_per_call + 0.02) + 1.0
-    for attempt in range(tries):
-        first = first_k + attempt * calls  # fresh input sets for every attempt
-        batch = [draw_set(first + i) for i in range(calls)]
-        _sync(device)
-        slept = (_Event(enable_timing=True), _Event(enable_timing=True))
-        _event_record(slept[0])
-        _device_sleep(int(wait_ms * SLEEP_CYCLES_PER_MS))
-        _event_record(slept[1])
-        t0 = _perf_counter()
-        outputs, events = _issue_timed(fn, batch, flush)
-        issued_ms = (_perf_counter() - t0) * 1e3
-        _sync(device)
-        if issued_ms < _elapsed_time(*slept):
-            if on_output is not None:
-                for i, (inputs, output) in enumerate(zip(batch, outputs)):
-                    on_output(first + i, output, inputs)
-            return statistics.median(_elapsed_time(begin, end) for begin, end in events)
-        del outputs, batch
-        wait_ms = max(2.0 * wait_ms, 2.0 * issued_ms)
-    return None
-
-
-def host_batch_check(fn, input_sets: list, device, calls: int = 20, batches: int = 2, expected_ms: float | None = None,
-                     max_batches: int = 6, retime=None) -> dict:
-    """A device-wide cross-check of the events: the host clock over a batch of calls that ends in a
-    device-wide synchronize catches work that escaped the timing events (another stream, a thread).
-    Events on the current stream bracket the same batch, so work on another stream shows as wall time
-    the batch's own events did not see, whatever else the GPU was doing meanwhile.
-
-    The fastest batch is kept. When it is still slower than `expected_ms` (the timed median) allows,
-    more batches run, up to `max_batches`: a moment of contention passes, while hidden work, or a
-    solution that only works honestly outside the timed loop, stays slow in every batch.
-
-    Contention that outlasts the batches (another process keeping the GPU busy) slows the timed calls
-    too. So once the first `batches` have failed, `retime()` (the same event timing as the timed median,
-    run now) gives a fresh median; if it is higher, the bound follows it and the batch records it as
-    `retimed_median_ms`. Work that escapes the events escapes them in the re-timing as well, so the
-    bound does not move for it."""
-    best, done_batches, retimed = None, 0, None
-    is_cuda = device.type == "cuda"
-    while done_batches < max_batches:
-        _sync(device)
-        if is_cuda:
-            begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
-            _event_record(begin)
-        t0 = _perf_counter()
-        for i in range(calls):
-            fn(*input_sets[i % len(input_sets)])
-        launched = _perf_counter()
-        if is_cuda:
-            _event_record(end)
-        _sync(device)
-        done = _perf_counter()
-        done_batches += 1
-        batch = {"calls": calls, "wall_ms_per_call": (done - t0) * 1e3 / calls, "launch_ms_per_call": (launched - t0) * 1e3 / calls}
-        if is_cuda:
-            _event_synchronize(end)
-            batch["events_ms_per_call"] = _elapsed_time(begin, end) / calls
-        if best is None or batch["wall_ms_per_call"] < best["wall_ms_per_call"]:
-            best = batch
-        if done_batches < batches:
-            continue
-        if expected_ms is None or best["wall_ms_per_call"] <= escape_bound(max(expected_ms, retimed or 0.0),
-                                                                             best["launch_ms_per_call"]):
-            break
-        if retime is not None and retimed is None:
-            retimed = retime()
-    best["batches"] = done_batches
-    if retimed is not None:
-        best["retimed_median_ms"] = retimed
-    return best
+def _event_times(device, work, reps: int) -> list:
+    times = []
+    for _ in range(reps):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        work()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end) / 1e3)
+    return times
 
 
 def copy_bandwidth(device, nbytes: int = 2 * 2**30, reps: int = 10) -> float:
-    """The device's ceiling in bytes/s: a large device-to-device copy, bytes read plus bytes written."""
+    """The device's copy ceiling in bytes/s: a large device-to-device copy, bytes read plus bytes written."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).normal_()
     dst = torch.empty_like(src)
     dst.copy_(src)
-    times = []
-    for _ in range(reps):
-        begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
-        _event_record(begin)
-        dst.copy_(src)
-        _event_record(end)
-        _event_synchronize(end)
-        times.append(_elapsed_time(begin, end) / 1e3)
+    seconds = statistics.median(_event_times(device, lambda: dst.copy_(src), reps))
     del src, dst
     torch.cuda.empty_cache()
-    return 2 * nbytes / statistics.median(times)
+    return 2 * nbytes / seconds
+
+
+def read_bandwidth(device, nbytes: int = 2 * 2**30, reps: int = 10) -> float:
+    """The device's read ceiling in bytes/s: the fastest of a few read-only reductions over a large
+    tensor (a read-mostly kernel, such as a loss, can beat the copy figure by reading alone)."""
+    x = torch.empty(nbytes // 4, dtype=torch.float32, device=device).normal_()
+    best = math.inf
+    for reduce in (lambda: x.sum(), lambda: x.amax(), lambda: x.view(-1, 4096).sum(1)):
+        reduce()
+        best = min(best, statistics.median(_event_times(device, reduce, reps)))
+    del x
+    torch.cuda.empty_cache()
+    return nbytes / best
 
 
 def matmul_rate(device, n: int = 8192, reps: int = 5) -> float:
@@ -367,14 +349,7 @@ def matmul_rate(device, n: int = 8192, reps: int = 5) -> float:
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     a @ b
-    times = []
-    for _ in range(reps):
-        begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
-        _event_record(begin)
-        a @ b
-        _event_record(end)
-        _event_synchronize(end)
-        times.append(_elapsed_time(begin, end) / 1e3)
+    seconds = statistics.median(_event_times(device, lambda: a @ b, reps))
     del a, b
     torch.cuda.empty_cache()
-    return 2 * n**3 / statistics.median(times)
+    return 2 * n**3 / seconds

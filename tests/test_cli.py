@@ -45,7 +45,9 @@ def test_eval_json_and_exit_status(tmp_path):
     failed = _harness(*common, "--solution", str(bad), "--seed", "99")
     assert failed.returncode == 1
     record = json.loads(failed.stdout)[0]
-    assert record["rule"] == "wrong-output" and record["seed"] == 99
+    assert record["rule"] == "wrong-output" and "seed" not in record
+    seeds = [json.loads(line) for line in (tmp_path / "results" / "seeds.jsonl").read_text().splitlines()]
+    assert seeds[-1]["seed"] == 99 and seeds[-1]["run_id"] == record["run_id"]  # written when the run ended
     board = (tmp_path / "results" / "leaderboard.md").read_text()
     assert "good.py" in board and "bad.py" in board and "wrong-output" in board
 

@@ -16,44 +16,52 @@ HONEST = Path(__file__).parent / "adversarial" / "honest_softmax_torch.py"
 
 
 class ScriptedWorker:
-    """Stands in for WorkerHandle: each "time" request gets the next reply of the script in its spec,
-    which every process of the target shares (a Failure in the script is raised instead)."""
+    """Stands in for a child: loading succeeds, nothing else is asked of it (timing is scripted)."""
 
-    def __init__(self, spec: dict):
+    def __init__(self, spec: dict, config=None):
         self.spec = spec
 
     def request(self, msg, timeout, phase):
-        if msg["cmd"] == "load":
-            return {}
-        reply = self.spec["replies"].pop(0)
-        if isinstance(reply, Failure):
-            raise reply
-        return reply
-
-    def ack(self):
-        pass
+        return {"status": "ok"}
 
     def close(self):
         self.spec["closed"] += 1
 
 
-def _reply(median_ms, launch_ms=None, wall_ms=None, device_ms=None, retimed_ms=None):
-    """A worker's timing reply; by default host-bound (launching took the whole median) and honest."""
+def _reply(median_ms, launch_ms=None, wall_ms=None, device_ms=None, retimed_ms=None, parent_ms=None):
+    """One process's timing as Run._time_in returns it; by default host-bound (launching took the whole
+    median) and honest. wall_ms: the escape check's wall per call on the parent's clock; parent_ms: the
+    parent's clock per timed call beyond a trivial call."""
+    from harness.timing import TimingStats
+
     launch_ms = median_ms if launch_ms is None else launch_ms
-    stats = {"median_ms": median_ms, "mean_ms": median_ms, "std_ms": 0.0, "min_ms": median_ms, "max_ms": median_ms,
-             "reps": 10, "se_pct": 0.1, "timer": "cuda-events", "budget_hit": False, "device_ms": device_ms}
-    batch = {"calls": 20, "launch_ms_per_call": launch_ms, "wall_ms_per_call": wall_ms or 1.05 * median_ms, "batches": 2}
+    stats = TimingStats(median_ms, median_ms, 0.0, median_ms, median_ms, 10, 0.1, "cuda-events", False)
+    wall = wall_ms or 1.05 * median_ms
+    batch = {"calls": 20, "launch_ms_per_call": launch_ms, "wall_ms_per_call": wall, "parent_wall_ms": 20 * wall, "batches": 2}
     if retimed_ms is not None:
         batch.update(retimed_median_ms=retimed_ms, batches=6)
-    return {"status": "ok", "stats": stats, "batch": batch, "kept": []}
+    parent = {"wall_ms_per_call": 0.07 + (median_ms if parent_ms is None else parent_ms), "null_ms_per_call": 0.07, "batches": 5,
+              "device_ms": device_ms, "host_probe_us": 3.0}
+    return stats, batch, parent
 
 
 def _time_scripted(tmp_path, monkeypatch, replies, kind="solution", baselines=None):
-    """Run._time with scripted workers, the CUDA checks on (nothing runs on a device): (record, spec)."""
-    monkeypatch.setattr(runner, "WorkerHandle", ScriptedWorker)
-    run = Run(CPU, tmp_path / "runs.jsonl", Config(shapes=("one_row",), host_bound_processes=3))
-    run.device, run.copy_bw, run.matmul_rate = torch.device("cuda"), 4e12, 0.0
-    spec, record = {"replies": list(replies), "closed": 0}, {"timings": []}
+    """Run._time with scripted per-process timings, the CUDA checks on (nothing runs on a device): (record, spec)."""
+    script = list(replies)
+
+    def time_in(self, problem, worker, shape, target, process):
+        reply = script.pop(0)
+        if isinstance(reply, Failure):
+            if target.kind == "solution":
+                raise reply
+            raise runner.ShapeFailure(reply.rule, reply.reason)
+        return reply
+
+    monkeypatch.setattr(runner, "spawn", ScriptedWorker)
+    monkeypatch.setattr(runner.Run, "_time_in", time_in)
+    run = Run(CPU, tmp_path / "runs.jsonl", Config(shapes=("one_row",), host_bound_processes=3, profile=False))
+    run.device, run.copy_bw, run.read_bw, run.matmul_rate = torch.device("cuda"), 4e12, 4.3e12, 0.0
+    spec, record = {"replies": script, "closed": 0}, {"timings": []}
     run._time(find_problem("softmax"), ScriptedWorker(spec), record, Target(kind, kind), baselines or {})
     return record, spec
 
@@ -86,8 +94,9 @@ def test_an_entry_that_is_not_host_bound_is_timed_once(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("extra, rule, words", [
-    (_reply(0.20, wall_ms=1.0), "escaped-timing", "one_row in process 2 of 3: a device-synchronised batch took 1000.0 us"),
-    (_reply(1e-6), "impossible-time", "one_row in process 2 of 3: median 0.0 us is below the physical floor"),
+    (_reply(0.20, wall_ms=1.0), "escaped-timing", "one_row in process 2 of 3: 20 device-synchronised calls took 1000.0 us each"),
+    (_reply(0.20, parent_ms=0.4), "escaped-timing", "one_row in process 2 of 3: the parent's clock saw 400.0 us per call"),
+    (_reply(1e-6), "impossible-time", "one_row in process 2 of 3: median 0.00 us is below the physical floor"),
 ])
 def test_every_process_figure_is_checked_as_the_first_is(tmp_path, monkeypatch, extra, rule, words):
     with pytest.raises(Failure) as caught:
@@ -133,10 +142,11 @@ def test_real_extra_processes_on_the_cpu(tmp_path, monkeypatch):
 def test_a_wrong_output_in_a_real_extra_process_is_caught(tmp_path, monkeypatch):
     """The solution computes honestly in the first process only (a marker file tells it it ran before)."""
     monkeypatch.setattr(runner, "is_host_bound", lambda median_ms, batch: True)
-    source = """
+    marker = f"/dev/shm/harness-test-{tmp_path.name}.ran"  # shared memory: the one place every worker may write
+    source = f"""
 import pathlib
 import torch
-_MARK = pathlib.Path(__file__).with_suffix(".ran")
+_MARK = pathlib.Path("{marker}")
 _AGAIN = _MARK.exists()
 _MARK.touch()
 class ModelNew(torch.nn.Module):
@@ -179,7 +189,7 @@ def test_what_a_library_requires_is_recorded_with_its_installed_release():
     """rich (a dependency of the harness) requires markdown-it-py and pygments; their releases are recorded."""
     from importlib import metadata
 
-    from harness.worker import installed_versions, requirement_versions
+    from harness.child import installed_versions, requirement_versions
 
     found = requirement_versions(installed_versions("rich"))
     assert found["pygments"] == metadata.version("pygments") and found["markdown-it-py"] == metadata.version("markdown-it-py")

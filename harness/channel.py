@@ -1,0 +1,172 @@
+"""The parent-child channel: length-prefixed JSON frames over raw pipes, each one authenticated.
+
+The parent never unpickles, imports or executes anything the child sends: a frame is a length, an
+HMAC-SHA256 tag and UTF-8 JSON, nothing else. The key is made by the parent and handed to the child
+in its first frame, before any solution code exists in that process; the child keeps it in a closure.
+Each direction counts its frames and the count is part of the tag, so a frame cannot be replayed,
+reordered or forged by code in the child that finds the pipe's file descriptor. Anything malformed
+raises ChannelError, which the parent turns into a rejection, never a crash of its own.
+
+Tensors never travel here. The parent describes its own shared tensors (CUDA IPC handles, or files in
+shared memory on the CPU) as plain data and the child maps them with `open_shared` alone.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import select
+import struct
+import time
+
+MAX_FRAME = 16 * 2**20
+_HEADER = struct.Struct(">I")
+_TAG = 32
+
+
+class ChannelError(Exception):
+    """A frame was malformed, forged, out of order or too large, or the other end went away."""
+
+
+def new_key() -> bytes:
+    return os.urandom(32)
+
+
+def _tag(key: bytes, counter: int, payload: bytes) -> bytes:
+    return hmac.new(key, counter.to_bytes(8, "big") + payload, hashlib.sha256).digest()
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            raise ChannelError("the other end closed the channel")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+class Channel:
+    """One end: frames out on `write_fd`, frames in on `read_fd`, both tagged with `key`."""
+
+    def __init__(self, read_fd: int, write_fd: int, key: bytes):
+        self.read_fd, self.write_fd, self._key = read_fd, write_fd, key
+        self._sent = self._received = 0
+
+    def send(self, message: dict) -> None:
+        payload = json.dumps(message, separators=(",", ":"), allow_nan=True).encode()
+        frame = _HEADER.pack(len(payload)) + _tag(self._key, self._sent, payload) + payload
+        self._sent += 1
+        view = memoryview(frame)
+        while view:
+            view = view[os.write(self.write_fd, view):]
+
+    def recv(self, timeout: float | None = None) -> dict:
+        """The next message; TimeoutError when none came in `timeout` seconds (None: wait)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        (length,) = _HEADER.unpack(_read_exact(self.read_fd, _HEADER.size, deadline))
+        if length > MAX_FRAME:
+            raise ChannelError(f"a frame of {length} bytes (the limit is {MAX_FRAME})")
+        tag = _read_exact(self.read_fd, _TAG, deadline)
+        payload = _read_exact(self.read_fd, length, deadline)
+        if not hmac.compare_digest(tag, _tag(self._key, self._received, payload)):
+            raise ChannelError("a frame failed authentication (forged, replayed or out of order)")
+        self._received += 1
+        try:
+            message = json.loads(payload.decode())
+        except (UnicodeDecodeError, ValueError) as error:
+            raise ChannelError(f"a frame is not JSON: {error}") from None
+        if not isinstance(message, dict):
+            raise ChannelError("a frame is not a JSON object")
+        return message
+
+
+def send_plain(fd: int, message: dict) -> None:
+    """The first frame (parent to child): it carries the key, so it is not tagged."""
+    payload = json.dumps(message).encode()
+    os.write(fd, _HEADER.pack(len(payload)) + payload)
+
+
+def recv_plain(fd: int) -> dict:
+    (length,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, None))
+    return json.loads(_read_exact(fd, length, None).decode())
+
+
+# ---- shared tensors, described as data ---------------------------------------------------------
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def describe_shared(tensor, cpu_dir=None, name: str = "") -> dict:
+    """Parent side: a plain-data description of `tensor` that open_shared can map in the child. A CUDA
+    tensor travels as its CUDA IPC handle; a CPU tensor must live in a file under `cpu_dir` made by
+    shared_cpu_tensor (its path travels)."""
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    meta = {"dtype": dtype, "shape": list(tensor.shape), "stride": list(tensor.stride()), "offset": tensor.storage_offset()}
+    if tensor.is_cuda:
+        storage = tensor.untyped_storage()
+        (device, handle, size, offset, ref_handle, ref_offset, event_handle, event_sync) = storage._share_cuda_()
+        meta.update(kind="cuda", device=int(device), handle=base64.b64encode(handle).decode(), size=int(size),
+                    storage_offset=int(offset), ref_handle=base64.b64encode(ref_handle).decode(), ref_offset=int(ref_offset),
+                    event_handle=base64.b64encode(event_handle).decode() if event_handle else "", event_sync=bool(event_sync))
+    else:
+        path = getattr(tensor, "_harness_shared_path", None)
+        if path is None:
+            raise ValueError("a CPU tensor must be made by shared_cpu_tensor to be shared")
+        meta.update(kind="file", path=path, numel_storage=tensor.untyped_storage().nbytes() // tensor.element_size())
+    return meta
+
+
+def shared_cpu_tensor(directory, name: str, shape, dtype):
+    """Parent side, CPU: a tensor backed by a file in `directory` (shared memory), mappable by the child."""
+    import torch
+
+    numel = 1
+    for n in shape:
+        numel *= int(n)
+    path = os.path.join(str(directory), name)
+    with open(path, "wb") as handle:
+        handle.truncate(max(1, numel) * torch.empty((), dtype=dtype).element_size())
+    flat = torch.from_file(path, shared=True, size=max(1, numel), dtype=dtype)
+    tensor = flat[:numel].view(tuple(shape))
+    tensor._harness_shared_path = path
+    return tensor
+
+
+def _checked_meta(meta) -> dict:
+    """The description's fields with their types checked: anything else is a malformed frame."""
+    if not isinstance(meta, dict) or meta.get("dtype") not in _DTYPES or meta.get("kind") not in ("cuda", "file"):
+        raise ChannelError("a malformed tensor description")
+    for key in ("shape", "stride"):
+        if not isinstance(meta.get(key), list) or not all(isinstance(n, int) and n >= 0 for n in meta[key]):
+            raise ChannelError(f"a malformed tensor {key}")
+    if not isinstance(meta.get("offset"), int) or meta["offset"] < 0:
+        raise ChannelError("a malformed tensor offset")
+    return meta
+
+
+def open_shared(meta: dict):
+    """Child side, the one function that turns a description into a tensor: it maps the parent's memory
+    (CUDA IPC) or file, and builds a view of the described shape, stride and dtype."""
+    import torch
+
+    meta = _checked_meta(meta)
+    dtype = getattr(torch, meta["dtype"])
+    if meta["kind"] == "cuda":
+        storage = torch.UntypedStorage._new_shared_cuda(
+            meta["device"], base64.b64decode(meta["handle"]), meta["size"], meta["storage_offset"],
+            base64.b64decode(meta["ref_handle"]), meta["ref_offset"],
+            base64.b64decode(meta["event_handle"]) if meta["event_handle"] else b"", meta["event_sync"])
+        device = torch.device("cuda", meta["device"])
+    else:
+        if not isinstance(meta.get("path"), str) or not isinstance(meta.get("numel_storage"), int):
+            raise ChannelError("a malformed file description")
+        storage = torch.from_file(meta["path"], shared=True, size=meta["numel_storage"], dtype=dtype).untyped_storage()
+        device = torch.device("cpu")
+    return torch.empty(0, dtype=dtype, device=device).set_(storage, meta["offset"], meta["shape"], meta["stride"])

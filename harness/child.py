@@ -1,0 +1,308 @@
+"""The child process: imports and runs ONE solution (or a baseline) under the parent's orders.
+
+Started by the parent as `python -m harness.child CMD_FD REPLY_FD GUARD_FD`. In this order, before any
+solution code exists in the process:
+  1. the first frame (the spec: paths, the channel's key, the sandbox's allow-lists) is read;
+  2. the process confines itself (harness/sandbox.py: Landlock) so it can write only its scratch and
+     build folders and cannot touch the parent;
+  3. torch and the harness are imported, the timing loops are built over C-level primitives
+     (timing.make_timer), the channel's send/recv are bound, the module-dict snapshot is taken and the
+     runtime guard (harness/guard.py, an audit hook that cannot be removed) is installed;
+  4. only then is the solution imported.
+Everything the child needs from then on is held in this module's `main` frame and its closures, never
+in a module global. The child never draws an input, never sees a seed and never computes an expected
+output: inputs and output slots are the parent's tensors (CUDA IPC, or shared files on the CPU), and
+each reply is plain numbers and strings.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+
+def installed_versions(module: str) -> dict:
+    """{distribution: version} for what provides an importable top-level module (quack -> quack-kernels)."""
+    from importlib import metadata
+
+    versions = {}
+    for name in metadata.packages_distributions().get(module) or [module]:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def requirement_versions(distributions) -> dict:
+    """{distribution: version} of what the given distributions require (extras and torch aside) and is
+    installed: quack's speed follows the nvidia-cutlass-dsl it found, which quack does not pin."""
+    import re
+    from importlib import metadata
+
+    versions = {}
+    for dist in distributions:
+        for requirement in metadata.requires(dist) or []:
+            if "extra ==" in requirement:
+                continue
+            name = re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0]
+            if name.lower() == "torch":
+                continue
+            try:
+                versions[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                pass
+    return versions
+
+
+class Rejected(Exception):
+    """A rule, with evidence, rejects the target; `rule` names it."""
+
+    def __init__(self, rule: str, reason: str):
+        super().__init__(reason)
+        self.rule, self.reason = rule, reason
+
+
+def classify(error: BaseException, phase: str) -> tuple:
+    """(rule, one-line reason) for an exception raised by the target."""
+    import torch
+
+    if isinstance(error, Rejected) or hasattr(error, "rule") and hasattr(error, "reason"):
+        return error.rule, error.reason
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    if isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower():
+        return "out-of-memory", f"out of GPU memory while {phase}: {first[:300]}"
+    if "CUDA error" in text or "cudaError" in text or "illegal memory access" in text or "device-side assert" in text:
+        return "cuda-error", f"CUDA error while {phase}: {first[:300]}"
+    where = ""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if "harness" not in Path(frame.filename).parts:
+            where = f" (at {Path(frame.filename).name}:{frame.lineno})"
+            break
+    return "exception", f"{type(error).__name__} while {phase}: {first[:300]}{where}"
+
+
+def main(argv) -> None:
+    from .channel import Channel, recv_plain
+
+    cmd_fd, reply_fd, guard_fd = (int(a) for a in argv[:3])
+    spec = recv_plain(cmd_fd)
+    # 2. the sandbox, first of all (no thread exists yet: Landlock confines the calling thread and its children)
+    sandbox_status = "none: the parent asked for no sandbox"
+    if spec.get("sandbox"):
+        from . import sandbox
+
+        try:
+            sandbox_status = sandbox.confine(spec["read_paths"], spec["write_paths"])
+        except sandbox.SandboxUnavailable as error:
+            sandbox_status = f"none: {error}"
+    channel = Channel(cmd_fd, reply_fd, bytes.fromhex(spec["key"]))
+    send, recv = channel.send, channel.recv
+    del channel, spec["key"]
+    try:
+        serve(spec, send, recv, guard_fd, sandbox_status)
+    except Exception as error:  # noqa: BLE001 - a failure to start is a verdict with a reason
+        rule, reason = classify(error, "starting")
+        try:
+            send({"status": "fail", "rule": rule, "reason": reason})
+        except Exception:  # noqa: BLE001
+            pass
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
+    import warnings
+
+    warnings.simplefilter("ignore")  # library chatter (profiler, inductor) would bury the one-line verdicts
+    import torch
+    import torch._dynamo  # noqa: F401 - it rewraps some torch functions on import: before the snapshot
+    import torch.utils.cpp_extension  # noqa: F401 - imported by solutions; its import adds to torch's dicts
+
+    from . import build, guard, profiling, timing
+    from .channel import open_shared
+    from .integrity import AtenOpRecorder, poison_freed
+    from .problem import load_module, load_problem
+
+    kind, device = spec["kind"], torch.device(spec["device"])
+    cpus = timing.pin_near_device(device)
+    problem = load_problem(spec["problem_dir"])
+    problem.module  # noqa: B018 - import the reference before the solution
+    timer = timing.make_timer(device)
+    snapshot_changes = guard.ModuleSnapshot().changes
+    active_modes = guard.active_modes
+    is_solution = kind == "solution"
+    set_phase = (guard.install(guard_fd, [spec["path"]], spec["write_paths"], spec["trusted_dirs"])
+                 if is_solution and spec.get("guard", True) else (lambda phase: None))
+    thread_count = __import__("threading").active_count
+    threads_before = thread_count()
+    state = {"module": None, "models": {}, "external": None}
+
+    def verify(phase: str):
+        """The checkpoint after every phase that ran solution code."""
+        if not is_solution:
+            return
+        changed = snapshot_changes()
+        if changed:
+            raise Rejected("tampering", f"after {phase}: {'; '.join(changed[:3])}")
+        modes = active_modes()
+        if modes:
+            raise Rejected("tampering", f"after {phase}: torch mode(s) left active: {', '.join(modes[:3])}")
+        if thread_count() > threads_before:
+            raise Rejected("background-thread", f"after {phase}: {thread_count() - threads_before} thread(s) still running")
+
+    def load(_msg):
+        versions = {}
+        if kind == "solution":
+            path = Path(spec["path"])
+            build.prepare_build_env(path, problem.name)
+            before = build.built_libraries(Path(spec["extension_dir"]))
+            start = __import__("time").perf_counter()
+            try:
+                module = load_module(path, f"solution_{path.stem}")
+            except SyntaxError as error:
+                raise Rejected("import-error", f"syntax error at line {error.lineno}: {error.msg}") from None
+            except BaseException as error:  # noqa: BLE001 - any failure to import is reported, not raised
+                if build.is_build_failure(error):
+                    raise Rejected("compile-error", build.summarise_build_error(str(error))) from None
+                rule, reason = classify(error, "importing the solution")
+                raise Rejected("import-error" if rule == "exception" else rule, reason) from None
+            load_s = __import__("time").perf_counter() - start
+            if not isinstance(getattr(module, "ModelNew", None), type):
+                names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module))
+                raise Rejected("missing-ModelNew", "defines no class ModelNew" + (f" (nn.Module classes found: {', '.join(names)})" if names else ""))
+            state["module"] = module
+            after = build.built_libraries(Path(spec["extension_dir"]))
+            verify("loading")
+            set_phase("run")
+            return {"load_s": load_s, "rebuilt": bool(after) and after != before, "cpus": cpus, "sandbox": sandbox_status}
+        if kind == "external":
+            functions = load_module(problem.directory / "externals.py", f"externals_{problem.name}")
+            for package in spec["requires"]:
+                if __import__("importlib.util").util.find_spec(package) is None:
+                    raise Rejected("unavailable", f"{package} is not importable here")
+                versions.update(installed_versions(package))
+            state["external"] = getattr(functions, spec["function"])
+        return {"load_s": 0.0, "rebuilt": False, "cpus": cpus, "versions": versions, "sandbox": sandbox_status,
+                "requirement_versions": requirement_versions(versions)}
+
+    def model_for(shape_name: str):
+        if shape_name not in state["models"]:
+            state["models"].clear()
+            shape = problem.shape(shape_name)
+            extra = [state["module"]] if state["module"] is not None else []
+            problem.apply_constants(shape, *extra)
+            init = problem.module.get_init_inputs()
+            if kind == "solution":
+                model = state["module"].ModelNew(*init)
+            elif kind == "external":
+                fn = state["external"]
+                model = lambda *inputs: fn(*inputs)  # noqa: E731
+            else:
+                model = problem.module.Model(*init)
+            if isinstance(model, torch.nn.Module):
+                model = model.to(device).eval()
+            if kind == "compile":
+                model = torch.compile(model, dynamic=False)
+            state["models"][shape_name] = model
+            verify("constructing the model")
+        return state["models"][shape_name]
+
+    def opened(descriptions):
+        return [open_shared(d["tensor"]) if "tensor" in d else d["value"] for d in descriptions]
+
+    def call(msg):
+        """One correctness trial: the call (its aten ops recorded), its output copied into the slot."""
+        model = model_for(msg["shape"])
+        inputs, slot = opened(msg["inputs"]), open_shared(msg["slot"])
+        recorder = AtenOpRecorder() if is_solution else None
+        with torch.no_grad():
+            if recorder is not None:
+                with recorder:
+                    out = model(*inputs)
+            else:
+                out = model(*inputs)
+            timer.after_call(out, slot)
+        timer.sync()
+        verify("the checked call")
+        sizes = [out.untyped_storage().nbytes()] if isinstance(out, torch.Tensor) else []
+        del out, inputs, slot
+        poison_freed(sizes if device.type == "cuda" else [])
+        return {"ops": sorted(recorder.ops) if recorder is not None else []}
+
+    empty = torch.empty
+
+    def time_batch(msg):
+        model = model_for(msg["shape"])
+        sets = [opened(s) for s in msg["sets"]]
+        slots = [open_shared(s) for s in msg["slots"]]
+        if msg.get("null"):  # the parent's yardstick: the same batch with a call that does nothing
+            out_shape, out_dtype = tuple(slots[0].shape), slots[0].dtype
+            model = lambda *inputs: empty(out_shape, dtype=out_dtype, device=device)  # noqa: E731
+        with torch.no_grad():
+            if msg.get("warmup_s"):
+                timer.warm_up(model, sets[0], msg["warmup_s"])
+            times = timer.timed_batch(model, sets, slots)
+        verify("timing")
+        del sets, slots
+        return {"times_ms": times}
+
+    def burst(msg):
+        model = model_for(msg["shape"])
+        sets = [opened(s) for s in msg["sets"]]
+        with torch.no_grad():
+            result = timer.burst(model, sets, int(msg["calls"]))
+        verify("the escape check")
+        del sets
+        return result
+
+    def queued(msg):
+        model = model_for(msg["shape"])
+        sets = [opened(s) for s in msg["sets"]]
+        slots = [open_shared(s) for s in msg["slots"]]
+        with torch.no_grad():
+            device_ms = timer.queued(model, sets, slots, float(msg["host_ms_per_call"]))
+        verify("the device-time batch")
+        del sets, slots
+        return {"device_ms": device_ms}
+
+    def profile(msg):
+        model = model_for(msg["shape"])
+        inputs = opened(msg["inputs"])
+        with torch.no_grad():
+            result = profiling.profile_kernels(model, inputs)
+        verify("profiling")
+        del inputs
+        return result
+
+    def probe(_msg):
+        return {"probe_us": timer.issue_probe()}
+
+    handlers = {"load": ("loading", load), "call": ("running a correctness trial", call), "time": ("timing", time_batch),
+                "burst": ("the escape check", burst), "queued": ("timing queued calls", queued),
+                "profile": ("profiling", profile), "probe": ("probing the host", probe)}
+    while True:
+        msg = recv()
+        command = msg.get("cmd")
+        if command == "quit":
+            return
+        phase, handler = handlers[command]
+        try:
+            result = handler(msg)
+        except BaseException as error:  # noqa: BLE001 - every failure becomes a one-line reason
+            rule, reason = classify(error, phase)
+            send({"status": "fail", "rule": rule, "reason": reason})
+            # A solution is done at its first failure; a baseline or another library may still run the
+            # other shapes (Liger's softmax refuses rows over 64K), unless CUDA is broken.
+            if is_solution or command == "load" or rule == "cuda-error":
+                return
+            continue
+        send({"status": "ok", **result})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
