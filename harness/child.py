@@ -85,7 +85,7 @@ def classify(error: BaseException, phase: str) -> tuple:
 
 
 def main(argv) -> None:
-    from .channel import Channel, recv_plain
+    from .channel import recv_plain
 
     cmd_fd, reply_fd, guard_fd = (int(a) for a in argv[:3])
     spec = recv_plain(cmd_fd)
@@ -98,9 +98,29 @@ def main(argv) -> None:
             sandbox_status = sandbox.confine(spec["read_paths"], spec["write_paths"])
         except sandbox.SandboxUnavailable as error:
             sandbox_status = f"none: {error}"
-    channel = Channel(cmd_fd, reply_fd, bytes.fromhex(spec["key"]))
+    # 3. Everything else runs in a second thread. Python runs signal handlers in the main thread only, and
+    # hands them the main thread's frame: a handler the solution installs then finds this frame, which holds
+    # nothing once the spec has been passed on, and never the serving thread's frames, closures or slots.
+    import queue
+    import threading
+
+    handoff = queue.SimpleQueue()
+    handoff.put((spec, guard_fd, sandbox_status))
+    del spec
+    worker = threading.Thread(target=_serve_thread, args=(cmd_fd, reply_fd, handoff), name="harness-child", daemon=True)
+    worker.start()
+    del handoff
+    worker.join()
+    os._exit(0)
+
+
+def _serve_thread(cmd_fd: int, reply_fd: int, handoff) -> None:
+    from .channel import Channel
+
+    spec, guard_fd, sandbox_status = handoff.get()
+    channel = Channel(cmd_fd, reply_fd, bytes.fromhex(spec.pop("key")))
     send, recv = channel.send, channel.recv
-    del channel, spec["key"]
+    del channel
     try:
         serve(spec, send, recv, guard_fd, sandbox_status)
     except Exception as error:  # noqa: BLE001 - a failure to start is a verdict with a reason
@@ -140,6 +160,19 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                  if is_solution and spec.get("guard", True) else (lambda phase: None))
     thread_count = __import__("threading").active_count
     threads_before = thread_count()
+    signals = __import__("_signal")
+    getsignal, getitimer = signals.getsignal, signals.getitimer
+
+    def handlers_now() -> dict:
+        found = {}
+        for number in range(1, 65):
+            try:
+                found[number] = getsignal(number)
+            except (ValueError, OSError):
+                pass
+        return found
+
+    handlers_before = handlers_now()
     state = {"module": None, "models": {}, "external": None}
 
     def verify(phase: str):
@@ -152,6 +185,8 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         modes = active_modes()
         if modes:
             raise Rejected("tampering", f"after {phase}: torch mode(s) left active: {', '.join(modes[:3])}")
+        if handlers_now() != handlers_before or any(getitimer(which) != (0.0, 0.0) for which in (0, 1, 2)):
+            raise Rejected("tampering", f"after {phase}: a signal handler or interval timer was installed")
         if thread_count() > threads_before:
             raise Rejected("background-thread", f"after {phase}: {thread_count() - threads_before} thread(s) still running")
 

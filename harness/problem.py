@@ -3,6 +3,15 @@
 The harness changes a shape by overriding the reference module's size constants, draws inputs with
 `get_inputs()` on the target device under a seed, casts floating inputs to the shape's dtype, and
 rescales/shifts them per trial so that kernels which assume tame inputs fail.
+
+Input families (problem.yaml `vary_inputs.families`) rotate with the trial seed: trial seed s draws family
+`s % len(families)`, so any len(families) consecutive seeds meet every family. A family is a list of
+transforms (FAMILY_TRANSFORMS) that reshape the seed's inputs so that shortcuts show: a direction shared by
+every vector (dot products with a large common part), a few rows scaled up (a loss dominated by rows or
+negatives a subsample misses), and "low bits" (every float32 element sits a fixed fraction of a unit in
+the last place above a value with 7 and with 10 significant mantissa bits, so converting it to bf16, fp16
+or tf32 rounds every element down in magnitude: the errors of reduced-precision products add up instead
+of averaging out, while 3xFP16/3xTF32 hi/lo splits stay exact).
 """
 from __future__ import annotations
 
@@ -26,6 +35,17 @@ DEFAULT_TOLERANCE = {
     "bfloat16": {"atol": 1e-2, "rtol": 1e-2, "rel_l2": 1e-2},
 }
 USES = {"correctness", "timing"}
+# Transforms an input family may apply, in this order: "common" and "scale_rows" before the per-trial scale
+# and offset ("scales" replaces vary_inputs.scales for the family), "low_bits" after them (float32 shapes only: a
+# cast to bf16 rounds its pattern away).
+FAMILY_TRANSFORMS = ("common", "scale_rows", "scales", "low_bits")
+# low_bits: the mantissa keeps its 7 leading bits (rounded to nearest); below them go the bits 0110 1110 0000 0000:
+# the part below 7 bits is 0.43 of a bf16 ulp and the part below 10 bits is 0.4375 of an fp16/tf32 ulp. Round to
+# nearest, toward zero and half-up truncation all round such an element down in magnitude, by 1.7e-3 to 3.4e-3
+# (bf16) or 2.1e-4 to 4.3e-4 (fp16, tf32) relative, so a product of two loses 4e-4 to 9e-4 at tf32. The element
+# moves by at most 0.93 bf16 ulp (0.7%). A 3xTF32/3xFP16 split stays exact: lo = 0.4375 ulp has 3 bits.
+LOW_BITS_KEEP = 0xFFFF0000
+LOW_BITS_PATTERN = 0x6E00
 # Elements kept from the previous trial in a cache-probe trial (start and end of each input).
 PROBE_EDGE = 256
 
@@ -41,6 +61,7 @@ class Shape:
     dtype: str
     uses: frozenset
     default: bool = False
+    output_dtype: str | None = None  # None: the problem's output_dtype, else the shape's dtype
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -72,6 +93,8 @@ class Problem:
     core_aten_ops: tuple
     externals: list
     shared_constants: tuple = ()
+    families: tuple = ()  # of {"name": str, transform: parameters}; empty: one plain family
+    default_output_dtype: str | None = None
     _module: object = None
 
     # --- shapes -------------------------------------------------------------------------
@@ -93,6 +116,29 @@ class Problem:
 
     def tolerance_for(self, dtype: str) -> dict:
         return self.tolerance[dtype]
+
+    def output_dtype(self, shape: Shape) -> torch.dtype:
+        """The dtype a correct output has: the shape's `output_dtype`, else the problem's, else the shape's
+        dtype. (Cross-entropy at bf16 returns its loss in float32: a bf16 scalar keeps 8 bits.)"""
+        return DTYPES[shape.output_dtype or self.default_output_dtype or shape.dtype]
+
+    # --- input families -------------------------------------------------------------------
+    @property
+    def family_names(self) -> list:
+        return [f["name"] for f in self.families] or ["plain"]
+
+    def family_index(self, seed: int) -> int:
+        return seed % len(self.family_names)
+
+    def family_of(self, seed: int) -> str:
+        """The input family trial seed `seed` draws (families rotate with the seed)."""
+        return self.family_names[self.family_index(seed)]
+
+    def seed_for_trial(self, seed: int, trial: int) -> int:
+        """`seed` moved up by less than the number of families so that it draws family `trial % n`: trials
+        0..n-1 of a shape then meet every family although their seeds are unpredictable hashes."""
+        n = len(self.family_names)
+        return seed + (trial - seed) % n
 
     # --- cost -----------------------------------------------------------------------------
     def _evaluate(self, expression: str, shape: Shape) -> float:
@@ -162,21 +208,81 @@ class Problem:
         torch.manual_seed(seed)
         with torch.device(device):
             raw = list(self.module.get_inputs())
+        raw = [x.to(device) if isinstance(x, torch.Tensor) else x for x in raw]
+        family = self.families[self.family_index(seed)] if self.families else {}
+        # The family's own generator: the plain family's inputs are those of the harness before families.
+        family_rng = torch.Generator().manual_seed(seed ^ 0xFA3117)
+        if "common" in family:
+            _add_common_direction(raw, family["common"], family_rng)
+        if "scale_rows" in family:
+            _scale_rows(raw, family["scale_rows"], family_rng)
         variation = torch.Generator().manual_seed(seed ^ 0x5EED)
         out = []
         for index, x in enumerate(raw):
             if isinstance(x, torch.Tensor):
-                x = x.to(device)
                 if x.is_floating_point():
                     if index in self.vary_args:
-                        stratum = (seed + index) % len(self.vary_scales)
+                        scales = family.get("scales", self.vary_scales)
+                        stratum = (seed + index) % len(scales)
                         jitter = 0.9 + 0.2 * torch.rand((), generator=variation).item()
                         offset = (2 * torch.rand((), generator=variation).item() - 1) * self.vary_offset
-                        x = x.float() * (self.vary_scales[stratum] * jitter) + offset
+                        x = x.float() * (scales[stratum] * jitter) + offset
+                    if "low_bits" in family and index in family["low_bits"]["args"] and shape.torch_dtype == torch.float32:
+                        x = low_bits(x.float())
                     x = x.to(shape.torch_dtype)
                 x = x.contiguous()
             out.append(x)
         return out
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
+
+
+def _add_common_direction(inputs: list, spec: dict, rng: torch.Generator) -> None:
+    """One random unit vector c (over the last dimension) shared by the listed inputs: every row x becomes
+    x + weight*|x|*c, rescaled to |x|. Dot products between rows then share a large common part (weight 3:
+    about 0.9 of |x||y|) while their differences stay small."""
+    dims = {inputs[i].shape[-1] for i in spec["args"]}
+    if len(dims) != 1:
+        raise ProblemError(f"common: inputs {spec['args']} must share their last dimension")
+    c = torch.randn(dims.pop(), generator=rng, dtype=torch.float64)
+    c = c / c.norm().clamp_min(1e-30)
+    for i in spec["args"]:
+        x = inputs[i]
+        rows = _rows(x).float()
+        norms = rows.norm(dim=1, keepdim=True)
+        y = rows + spec["weight"] * norms * c.to(rows.device, torch.float32)
+        y = y * (norms / y.norm(dim=1, keepdim=True).clamp_min(1e-30))
+        inputs[i] = y.reshape(x.shape).to(x.dtype)
+
+
+def _scale_rows(inputs: list, spec: dict, rng: torch.Generator) -> None:
+    """A few rows (at random positions) of one input multiplied by `gain`: with a common direction these
+    are hard negatives every query ranks first; for logits, rows of wide spread whose losses dominate the
+    mean. Either way a kernel that skips rows or subsamples them misses them."""
+    x = inputs[spec["arg"]]
+    rows = _rows(x)
+    count = min(rows.shape[0], max(int(spec.get("count", 0)), math.ceil(spec.get("fraction", 0.0) * rows.shape[0])))
+    chosen = torch.randperm(rows.shape[0], generator=rng)[:count].to(rows.device)
+    rows = rows.contiguous()  # a fresh draw: scaled in place (a copy only if get_inputs gave a strided view)
+    rows[chosen] = rows[chosen] * spec["gain"]
+    inputs[spec["arg"]] = rows.reshape(x.shape)
+
+
+def low_bits(x: torch.Tensor) -> torch.Tensor:
+    """float32 x with every normal element's mantissa set to LOW_BITS_PATTERN below its 7 leading bits (see
+    LOW_BITS_PATTERN). Zeros, subnormals, infinities and NaN stay as they are."""
+    bits = x.contiguous().view(torch.int32)
+    exponent = (bits >> 23) & 0xFF
+    magnitude = bits & 0x7FFFFFFF
+    moved = ((magnitude + 0x8000) & _as_int32(LOW_BITS_KEEP)) | LOW_BITS_PATTERN
+    changed = (exponent > 0) & (exponent < 254)
+    return torch.where(changed, (bits & _as_int32(0x80000000)) | moved, bits).view(torch.float32)
+
+
+def _as_int32(value: int) -> int:
+    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 def load_module(path: Path, name: str):
@@ -238,7 +344,10 @@ def load_problem(directory) -> Problem:
         constants = entry.get("set", {})
         if not isinstance(constants, dict):
             raise ProblemError(f"{at} ({shape_name}): 'set' must map module constants to values")
-        shapes.append(Shape(shape_name, dict(constants), dtype, frozenset(uses), bool(entry.get("default", False))))
+        output_dtype = entry.get("output_dtype")
+        if output_dtype is not None and output_dtype not in DTYPES:
+            raise ProblemError(f"{at} ({shape_name}): unknown output_dtype {output_dtype!r}; known: {', '.join(DTYPES)}")
+        shapes.append(Shape(shape_name, dict(constants), dtype, frozenset(uses), bool(entry.get("default", False)), output_dtype))
     if not shapes:
         raise ProblemError(f"{where}: needs at least one shape")
     names = [s.name for s in shapes]
@@ -251,6 +360,10 @@ def load_problem(directory) -> Problem:
     scales = tuple(float(s) for s in vary.get("scales", [1.0]))
     if not scales or min(scales) <= 0:
         raise ProblemError(f"{where}: vary_inputs.scales must be positive numbers")
+    families = _parse_families(vary.get("families") or [], where)
+    default_output_dtype = spec.get("output_dtype")
+    if default_output_dtype is not None and default_output_dtype not in DTYPES:
+        raise ProblemError(f"{where}: unknown output_dtype {default_output_dtype!r}; known: {', '.join(DTYPES)}")
     cost = _require(spec, "cost", dict, where)
     externals = []
     for i, entry in enumerate(spec.get("externals") or []):
@@ -265,7 +378,8 @@ def load_problem(directory) -> Problem:
         vary_offset=float(vary.get("offset", 0.0)), cost_bytes=str(_require(cost, "bytes", str, where)),
         cost_flops=str(cost.get("flops", "")), reference_ops=tuple(spec.get("reference_ops", [])),
         core_aten_ops=tuple(spec.get("core_aten_ops", [])), externals=externals,
-        shared_constants=tuple(spec.get("shared_constants", [])),
+        shared_constants=tuple(spec.get("shared_constants", [])), families=families,
+        default_output_dtype=default_output_dtype,
     )
     for s in shapes:
         if s.dtype not in problem.tolerance:
@@ -285,6 +399,50 @@ def load_problem(directory) -> Problem:
         if not hasattr(problem.module, attr):
             raise ProblemError(f"{reference}: the reference module must define {attr}")
     return problem
+
+
+def _parse_families(entries, where: str) -> tuple:
+    """vary_inputs.families: a list of {name, transform: parameters}; see FAMILY_TRANSFORMS."""
+    if not isinstance(entries, list):
+        raise ProblemError(f"{where}: vary_inputs.families must be a list")
+    families = []
+    for i, entry in enumerate(entries):
+        at = f"{where}: vary_inputs.families[{i}]"
+        if not isinstance(entry, dict):
+            raise ProblemError(f"{at}: must be a mapping")
+        name = _require(entry, "name", str, at)
+        unknown = set(entry) - {"name", *FAMILY_TRANSFORMS}
+        if unknown:
+            raise ProblemError(f"{at} ({name}): unknown transforms {sorted(unknown)}; known: {', '.join(FAMILY_TRANSFORMS)}")
+        family = {"name": name}
+        if "common" in entry:
+            spec = _require(entry, "common", dict, at)
+            args = _require(spec, "args", list, f"{at}.common")
+            weight = float(_require(spec, "weight", (int, float), f"{at}.common"))
+            if not args or weight <= 0:
+                raise ProblemError(f"{at}.common: needs args and a positive weight")
+            family["common"] = {"args": [int(a) for a in args], "weight": weight}
+        if "scale_rows" in entry:
+            spec = _require(entry, "scale_rows", dict, at)
+            gain = float(_require(spec, "gain", (int, float), f"{at}.scale_rows"))
+            count, fraction = int(spec.get("count", 0)), float(spec.get("fraction", 0.0))
+            if gain <= 0 or (count <= 0 and fraction <= 0):
+                raise ProblemError(f"{at}.scale_rows: needs a positive gain and a count or fraction of rows")
+            family["scale_rows"] = {"arg": int(_require(spec, "arg", int, f"{at}.scale_rows")), "gain": gain,
+                                    "count": count, "fraction": fraction}
+        if "scales" in entry:
+            scales = tuple(float(v) for v in _require(entry, "scales", list, at))
+            if not scales or min(scales) <= 0:
+                raise ProblemError(f"{at}.scales: must be positive numbers")
+            family["scales"] = scales
+        if "low_bits" in entry:
+            spec = _require(entry, "low_bits", dict, at)
+            family["low_bits"] = {"args": [int(a) for a in _require(spec, "args", list, f"{at}.low_bits")]}
+        families.append(family)
+    names = [f["name"] for f in families]
+    if len(set(names)) != len(names):
+        raise ProblemError(f"{where}: vary_inputs.families: names must be unique")
+    return tuple(families)
 
 
 def available_problems(root: Path = PROBLEMS_DIR) -> list:

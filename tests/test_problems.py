@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from harness.problem import ProblemError, available_problems, discover_solutions, find_problem, load_problem
+from harness.problem import LOW_BITS_PATTERN, ProblemError, available_problems, discover_solutions, find_problem, load_problem
 
 
 def test_shipped_problems_load():
@@ -90,3 +90,105 @@ def test_malformed_problem_yaml_is_a_clear_error(tmp_path, yaml_text, message):
 def test_unknown_problem_lists_the_known_ones():
     with pytest.raises(ProblemError, match="softmax"):
         find_problem("softmaxx")
+
+
+# --- input families, timing shapes as correctness shapes, output dtypes ---------------------------------
+
+@pytest.mark.parametrize("name", ["softmax", "cross_entropy", "infonce"])
+def test_every_timing_shape_is_a_correctness_shape(name):
+    problem = find_problem(name)
+    assert all("correctness" in s.uses for s in problem.shapes_for("timing"))
+
+
+@pytest.mark.parametrize("name, shape", [("infonce", "odd_sizes"), ("cross_entropy", "not_vector_multiple"), ("softmax", "not_vector_multiple")])
+def test_families_are_deterministic_per_seed_and_rotate(name, shape):
+    problem = find_problem(name)
+    shape = problem.shape(shape)
+    families = problem.family_names
+    assert len(families) >= 2 and families[0] == "plain"
+    for start in (0, 7, 2**61 + 5):
+        window = [problem.family_of(start + k) for k in range(len(families))]
+        assert sorted(window) == sorted(families)  # any len(families) consecutive seeds meet every family
+    for seed in (40, 41, 42):
+        a, b = problem.make_inputs(shape, seed, "cpu"), problem.make_inputs(shape, seed, "cpu")
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        for x in a:
+            if x.is_floating_point():
+                assert torch.isfinite(x).all() and x.abs().max() < 2048  # fp16's range, with room for hi/lo splits
+    # Each of a shape's trials meets every family although its seeds are hashes: the runner moves trial t's seed
+    # with seed_for_trial(seed, t).
+    for t in range(6):
+        moved = problem.seed_for_trial(123456789 + 1000 * t, t)
+        assert 0 <= moved - (123456789 + 1000 * t) < len(families)
+        assert problem.family_of(moved) == families[t % len(families)]
+
+
+def _low_bits_set(x):
+    bits = x.view(torch.int32)
+    normal = ((bits >> 23) & 0xFF) > 0
+    return bool(((bits & 0xFFFF) == LOW_BITS_PATTERN)[normal].all())
+
+
+def test_infonce_families_expose_reduced_precision_and_subsampling():
+    problem = find_problem("infonce")
+    shape = problem.shape("odd_sizes")
+    by_family = {}
+    for seed in range(30, 33):
+        by_family[problem.family_of(seed)] = problem.make_inputs(shape, seed, "cpu")
+    q, p, n = by_family["plain"]
+    assert not _low_bits_set(q)
+    cos = torch.nn.functional.normalize(q, dim=1) @ torch.nn.functional.normalize(n, dim=1).t()
+    assert cos.mean().abs() < 0.05  # the seed's independent directions
+    for family in ("common_mode", "hard_negatives"):
+        q, p, n = by_family[family]
+        assert all(_low_bits_set(x) for x in (q, p, n))
+        # every dot product shares a large common part: the cosines all sit near 0.9
+        cos = torch.nn.functional.normalize(q, dim=1) @ torch.nn.functional.normalize(n, dim=1).t()
+        assert cos.min() > 0.6 and cos.mean() > 0.8
+        # converting to tf32/fp16 rounds every element down in magnitude (systematic, not averaging out)
+        assert bool((q.half().float().abs() < q.abs())[q.abs() > 2**-14].all())
+    norms = by_family["hard_negatives"][2].norm(dim=1)
+    assert int((norms > 1.5 * norms.median()).sum()) == 8
+
+
+def test_cross_entropy_spread_rows_family():
+    problem = find_problem("cross_entropy")
+    shape = problem.shape("not_vector_multiple")
+    seeds = {problem.family_of(s): s for s in (50, 51)}
+    plain = problem.make_inputs(shape, seeds["plain"], "cpu")[0]
+    spread = problem.make_inputs(shape, seeds["spread_rows"], "cpu")[0]
+    std = spread.std(dim=1)
+    assert int((std > 6 * std.median()).sum()) == 6  # ceil(333 / 64) rows of 12x the spread
+    assert plain.std(dim=1).max() < 1.5 * plain.std(dim=1).median()
+    assert _low_bits_set(spread) and not _low_bits_set(plain)
+
+
+def test_output_dtype_is_float32_for_bf16_cross_entropy():
+    ce = find_problem("cross_entropy")
+    assert ce.output_dtype(ce.shape("mid_bf16")) == torch.float32
+    assert ce.output_dtype(ce.shape("4096x128256_bf16")) == torch.float32
+    assert ce.output_dtype(ce.shape("one_row")) == torch.float32
+    softmax = find_problem("softmax")
+    assert softmax.output_dtype(softmax.shape("mid_bf16")) == torch.bfloat16
+    shape = ce.shape("mid_bf16")
+    logits, targets = ce.make_inputs(shape, 3, "cpu")
+    model = ce.make_reference(shape, "cpu")
+    assert model(logits, targets).dtype == torch.float32
+    assert model(logits.double(), targets).dtype == torch.float64  # the float64 reference stays float64
+
+
+@pytest.mark.parametrize("yaml_text, message", [
+    ("name: x\nreference: reference.py\ncost: {bytes: '1'}\nvary_inputs: {families: [{name: a, sparkle: {}}]}\n"
+     "shapes:\n  - {name: a, set: {N: 4}}\n", "unknown transforms"),
+    ("name: x\nreference: reference.py\ncost: {bytes: '1'}\nvary_inputs: {families: [{name: a}, {name: a}]}\n"
+     "shapes:\n  - {name: a, set: {N: 4}}\n", "names must be unique"),
+    ("name: x\nreference: reference.py\ncost: {bytes: '1'}\noutput_dtype: float8\nshapes:\n  - {name: a, set: {N: 4}}\n", "unknown output_dtype"),
+    ("name: x\nreference: reference.py\ncost: {bytes: '1'}\nshapes:\n  - {name: a, set: {N: 4}, output_dtype: int3}\n", "unknown output_dtype"),
+])
+def test_malformed_families_and_output_dtype_are_clear_errors(tmp_path, yaml_text, message):
+    (tmp_path / "reference.py").write_text(
+        "import torch\nN = 8\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+        "def get_inputs():\n    return [torch.randn(N)]\ndef get_init_inputs():\n    return []\n")
+    (tmp_path / "problem.yaml").write_text(yaml_text)
+    with pytest.raises(ProblemError, match=message):
+        load_problem(tmp_path)

@@ -12,7 +12,9 @@ class Model(nn.Module):
         super().__init__()
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits, targets)
+        # bf16 logits: the loss is accumulated and returned in float32 (a bf16 scalar keeps 8 bits, which
+        # hides a mean taken over a subsample of the rows); float32 and float64 logits are used as they are.
+        return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets)
 
 
 def get_inputs():

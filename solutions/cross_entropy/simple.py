@@ -2,7 +2,7 @@
 
 One block per row: pass 1 finds the row max, pass 2 sums exp(x - max), thread 0 writes the row's loss
 to a float buffer; a second one-block kernel sums the row losses in a fixed order and divides by M.
-fp32 and bf16 logits, fp32 accumulation, int64 targets.
+fp32 and bf16 logits, fp32 accumulation, int64 targets; the loss is float32 for either (problem.yaml output_dtype).
 """
 import torch
 import torch.nn as nn
@@ -26,8 +26,6 @@ constexpr int kSumThreads = 1024;
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void store(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 // Block-wide reduction; every thread gets the result. `op` must be associative; the combining order is
 // fixed (shuffle tree, then warp 0 over the per-warp values), so the result is deterministic.
@@ -79,14 +77,13 @@ ce_row_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets,
     }
 }
 
-template <typename T>
 __global__ void __launch_bounds__(kSumThreads)
-ce_mean_kernel(const float* __restrict__ row_loss, int64_t M, T* __restrict__ out) {
+ce_mean_kernel(const float* __restrict__ row_loss, int64_t M, float* __restrict__ out) {
     __shared__ float smem[32];
     float acc = 0.f;
     for (int64_t i = threadIdx.x; i < M; i += blockDim.x) acc += row_loss[i];
     acc = block_reduce(acc, SumOp(), smem);
-    if (threadIdx.x == 0) store(out, acc / static_cast<float>(M));  // M == 0 -> NaN, like torch
+    if (threadIdx.x == 0) *out = acc / static_cast<float>(M);  // M == 0 -> NaN, like torch
 }
 
 torch::Tensor cross_entropy_simple(torch::Tensor logits, torch::Tensor targets) {
@@ -103,7 +100,7 @@ torch::Tensor cross_entropy_simple(torch::Tensor logits, torch::Tensor targets) 
     TORCH_CHECK(C > 0 || M == 0, "cross_entropy: need at least one class");
     TORCH_CHECK(M < (int64_t(1) << 31), "cross_entropy: too many rows for this kernel");
 
-    auto out = torch::empty({}, x.options());
+    auto out = torch::empty({}, x.options().dtype(at::kFloat));  // the loss is float32 for bf16 logits too
     auto row_loss = torch::empty({M}, x.options().dtype(at::kFloat));
     auto stream = at::cuda::getCurrentCUDAStream();
     if (x.scalar_type() == at::kFloat) {
@@ -112,8 +109,6 @@ torch::Tensor cross_entropy_simple(torch::Tensor logits, torch::Tensor targets) 
                 x.data_ptr<float>(), t.data_ptr<int64_t>(), row_loss.data_ptr<float>(), C);
             C10_CUDA_KERNEL_LAUNCH_CHECK();
         }
-        ce_mean_kernel<float><<<1, kSumThreads, 0, stream>>>(row_loss.data_ptr<float>(), M, out.data_ptr<float>());
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
     } else {
         using bf = __nv_bfloat16;
         if (M > 0) {
@@ -122,10 +117,9 @@ torch::Tensor cross_entropy_simple(torch::Tensor logits, torch::Tensor targets) 
                 row_loss.data_ptr<float>(), C);
             C10_CUDA_KERNEL_LAUNCH_CHECK();
         }
-        ce_mean_kernel<bf><<<1, kSumThreads, 0, stream>>>(
-            row_loss.data_ptr<float>(), M, reinterpret_cast<bf*>(out.data_ptr<at::BFloat16>()));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
+    ce_mean_kernel<<<1, kSumThreads, 0, stream>>>(row_loss.data_ptr<float>(), M, out.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
 """
