@@ -7,6 +7,8 @@
 #   tests         the GPU-marked tests, four at a time to save device time (`make test` runs them one at a time)
 #   crosscheck    harness timing vs triton.testing.do_bench
 #   check:NAME    benchmarks/check_NAME.py
+#   old-eval:NAME the harness as it was before the trust boundary moved (carry .old/), wall time only
+#   trust         the trust-boundary suite on the GPU (tests/test_trust_boundary.py, tests/test_adversarial.py -m gpu)
 #   pack          results/ and the build cache (with its object files, ~10 MB) back to $OUT
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,8 +38,17 @@ for step in "$@"; do
       name=${step#eval:}; log "eval $name"
       if command -v make >/dev/null; then cmd=(make eval PROBLEM="$name" PYTHON=python3 ARGS="${EVAL_ARGS:-}");
       else cmd=(python3 -m harness eval "$name" ${EVAL_ARGS:-}); fi
+      start=$(date +%s)
       timeout 1500 "${cmd[@]}" 2>&1 | tee -a "$OUT/eval_$name.log" | grep -v "^  "
+      log "eval $name took $(( $(date +%s) - start )) s"
       cp results/runs.jsonl "$OUT/" 2>/dev/null ;;
+    old-eval:*)
+      name=${step#old-eval:}; log "old eval $name"
+      start=$(date +%s)
+      (cd .old && timeout 1500 python3 -m harness eval "$name" ${EVAL_ARGS:-} --results /tmp/old_results > "$OUT/old_eval_$name.log" 2>&1)
+      log "old eval $name took $(( $(date +%s) - start )) s" ;;
+    trust)
+      log trust; timeout 900 python3 -m pytest -q -m gpu -ra --tb=short tests/test_trust_boundary.py tests/test_adversarial.py 2>&1 | tee "$OUT/tests_trust.log" | tail -30 ;;
     tests)
       log tests; timeout 900 python3 -m pytest -q -m gpu -ra --tb=short -n 4 2>&1 | tee "$OUT/tests_gpu.log" | tail -30 ;;
     crosscheck)

@@ -93,6 +93,7 @@ class Problem:
     core_aten_ops: tuple
     externals: list
     shared_constants: tuple = ()
+    cost_bytes_written: str = ""
     families: tuple = ()  # of {"name": str, transform: parameters}; empty: one plain family
     default_output_dtype: str | None = None
     _module: object = None
@@ -150,6 +151,11 @@ class Problem:
 
     def flops(self, shape: Shape) -> float:
         return self._evaluate(self.cost_flops, shape) if self.cost_flops else 0.0
+
+    def bytes_written(self, shape: Shape) -> float:
+        """The written part of bytes_moved (the rest is read): the physics floor bounds reads by the read
+        ceiling and writes by what they cost in a copy."""
+        return self._evaluate(self.cost_bytes_written, shape) if self.cost_bytes_written else 0.0
 
     # --- the reference module -----------------------------------------------------------
     @property
@@ -376,7 +382,7 @@ def load_problem(directory) -> Problem:
         name=name, directory=directory, description=str(spec.get("description", "")), reference_path=reference,
         tolerance=tolerance, shapes=shapes, vary_args=tuple(vary.get("args", [])), vary_scales=scales,
         vary_offset=float(vary.get("offset", 0.0)), cost_bytes=str(_require(cost, "bytes", str, where)),
-        cost_flops=str(cost.get("flops", "")), reference_ops=tuple(spec.get("reference_ops", [])),
+        cost_flops=str(cost.get("flops", "")), cost_bytes_written=str(cost.get("bytes_written", "")), reference_ops=tuple(spec.get("reference_ops", [])),
         core_aten_ops=tuple(spec.get("core_aten_ops", [])), externals=externals,
         shared_constants=tuple(spec.get("shared_constants", [])), families=families,
         default_output_dtype=default_output_dtype,
@@ -390,6 +396,7 @@ def load_problem(directory) -> Problem:
         try:
             problem.bytes_moved(s)
             problem.flops(s)
+            problem.bytes_written(s)
         except Exception as error:  # noqa: BLE001 - any bad expression is the yaml's fault
             raise ProblemError(f"{where}: cost expression fails for shape {s.name}: {error}") from None
     unknown = set(problem.shared_constants) - set(problem.module_defaults())

@@ -19,6 +19,7 @@ import hashlib
 import math
 import os
 import random
+import secrets
 import shutil
 import signal
 import statistics
@@ -153,6 +154,7 @@ class Worker:
         self.guard_r, guard_w = os.pipe()
         key = new_key()
         env = {**os.environ, **sandbox.scratch_environment(self.scratch)}
+        env["KINETO_LOG_LEVEL"] = "5"  # the op trace's profiler would print start/stop lines for every trial
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         self.process = subprocess.Popen([sys.executable, "-m", "harness.child", str(cmd_r), str(reply_w), str(guard_w)],
                                         pass_fds=(cmd_r, reply_w, guard_w), start_new_session=True, env=env, cwd=str(self.scratch),
@@ -284,13 +286,11 @@ class SharedPool:
 
     def __init__(self, device: torch.device, directory: Path | None):
         self.device, self.directory = device, directory
-        self.count = 0
 
     def tensor(self, shape, dtype) -> torch.Tensor:
         if self.device.type == "cuda":
             return torch.empty(tuple(shape), dtype=dtype, device=self.device)
-        self.count += 1
-        return shared_cpu_tensor(self.directory, f"t{self.count}", shape, dtype)
+        return shared_cpu_tensor(self.directory, secrets.token_hex(16), shape, dtype)
 
     def share(self, inputs: list) -> tuple:
         """(buffers holding `inputs`, their descriptions)."""
@@ -316,7 +316,7 @@ def describe(items: list) -> list:
 
 
 def poison(slot: torch.Tensor) -> torch.Tensor:
-    slot.view(torch.uint8).fill_(0xFF) if slot.numel() else None
+    slot.reshape(-1).view(torch.uint8).fill_(0xFF) if slot.numel() else None
     return slot
 
 
@@ -470,8 +470,14 @@ class Run:
         if self.device.type == "cuda":
             return None
         directory = Path(tempfile.mkdtemp(prefix="harness-shared-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
-        worker.shared_dirs = getattr(worker, "shared_dirs", []) + [directory]
+        directory.chmod(0o300)  # the child opens the files it is told of (random names) but cannot list the rest
         return directory
+
+    @staticmethod
+    def _remove(directory: Path | None):
+        if directory is not None:
+            directory.chmod(0o700)
+            shutil.rmtree(directory, ignore_errors=True)
 
     # ---- correctness -------------------------------------------------------------------------
     def _check_correctness(self, problem: Problem, worker: Worker, record: dict, target: Target):
@@ -510,8 +516,7 @@ class Run:
                     del inputs, slot, pool
                 record["checks"].append({"shape": shape.name, "dtype": shape.dtype, "trials": len(plan), "passed": True, **worst})
         finally:
-            if directory is not None:
-                shutil.rmtree(directory, ignore_errors=True)
+            self._remove(directory)
 
     def _sync(self):
         if self.device.type == "cuda":
@@ -635,8 +640,7 @@ class Run:
             return stats, batch_check, parent
         finally:
             del pool
-            if directory is not None:
-                shutil.rmtree(directory, ignore_errors=True)
+            self._remove(directory)
 
     def _sample(self, problem, shape, batch: int, buffers, slots, seed_of, seen: int) -> list:
         """Reservoir-sample this batch's calls (the parent's secret, the child never learns which): a
@@ -771,7 +775,7 @@ class Run:
         Reads stream at up to the read ceiling; what is written costs what it costs in a copy beyond its
         read half, so a copy-like kernel is bounded by the copy figure and a read-only one by the read figure."""
         total = problem.bytes_moved(shape)
-        written = problem.bytes_written(shape) if hasattr(problem, "bytes_written") else 0.0
+        written = problem.bytes_written(shape)
         read = max(total - written, 0.0)
         read_bw = max(self.read_bw, self.copy_bw)
         write_cost = max(2.0 / self.copy_bw - 1.0 / read_bw, 0.0)  # seconds per written byte

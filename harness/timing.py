@@ -120,7 +120,22 @@ def make_timer(device: torch.device):
         if out.numel() and 0 in out.stride():
             raise LoopViolation("bad-output", "output is a broadcast view (a stride is 0), not a materialised result")
         with no_tf(), no_td():
-            copy(slot, out)
+            if is_cuda:  # in stream order, right after the call: work that ends later is not in the slot
+                copy(slot, out)
+            else:  # a private copy now; the shared file (which native code could find) is written by seal()
+                private = empty(slot.shape, dtype=slot.dtype)
+                copy(private, out)
+                pending.append((slot, private))
+
+    pending = []
+
+    def seal():
+        """Write the private copies into the parent's slots, after the last solution code of the request
+        ran (finalizers included) and before the reply: nothing of the solution runs between the two."""
+        with no_tf(), no_td():
+            for slot, private in pending:
+                copy(slot, private)
+        pending.clear()
 
     def warm_up(fn, inputs, seconds: float, min_calls: int = 3):
         """Untimed calls in the timed pattern (flush, call) for at least `seconds` and `min_calls` calls."""
@@ -236,8 +251,8 @@ def make_timer(device: torch.device):
         sync()
         return median(per_call)
 
-    return dataclasses.make_dataclass("Timer", ["warm_up", "timed_batch", "burst", "queued", "issue_probe", "after_call", "sync"])(
-        warm_up, timed_batch, burst, queued, issue_probe, after_call, sync)
+    return dataclasses.make_dataclass("Timer", ["warm_up", "timed_batch", "burst", "queued", "issue_probe", "after_call", "seal", "sync"])(
+        warm_up, timed_batch, burst, queued, issue_probe, after_call, seal, sync)
 
 
 # ---- figures the parent derives ----------------------------------------------------------------
@@ -332,14 +347,15 @@ def copy_bandwidth(device, nbytes: int = 2 * 2**30, reps: int = 10) -> float:
 
 
 def read_bandwidth(device, nbytes: int = 2 * 2**30, reps: int = 10) -> float:
-    """The device's read ceiling in bytes/s: the fastest of a few read-only reductions over a large
-    tensor (a read-mostly kernel, such as a loss, can beat the copy figure by reading alone)."""
+    """The device's read ceiling in bytes/s: the fastest of a few read-only passes over a large tensor (a
+    sum, a max, a matrix-vector product; a read-mostly kernel such as a loss beats the copy figure)."""
     x = torch.empty(nbytes // 4, dtype=torch.float32, device=device).normal_()
+    v = torch.ones(4096, dtype=torch.float32, device=device)
     best = math.inf
-    for reduce in (lambda: x.sum(), lambda: x.amax(), lambda: x.view(-1, 4096).sum(1)):
+    for reduce in (lambda: x.sum(), lambda: x.amax(), lambda: torch.mv(x.view(-1, 4096), v)):
         reduce()
         best = min(best, statistics.median(_event_times(device, reduce, reps)))
-    del x
+    del x, v
     torch.cuda.empty_cache()
     return nbytes / best
 

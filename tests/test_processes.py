@@ -193,3 +193,28 @@ def test_what_a_library_requires_is_recorded_with_its_installed_release():
 
     found = requirement_versions(installed_versions("rich"))
     assert found["pygments"] == metadata.version("pygments") and found["markdown-it-py"] == metadata.version("markdown-it-py")
+
+
+def test_the_physics_floor_reads_at_the_read_ceiling_and_writes_at_what_a_copy_costs(tmp_path):
+    """A copy-like kernel (softmax) is bounded by the copy figure, a read-only one (a loss) by the read
+    figure; a figure 5% past its ceiling is impossible (the issue's fake softmax read 115% of copy)."""
+    run = Run(CPU, tmp_path / "runs.jsonl", Config())
+    run.device, run.copy_bw, run.read_bw, run.matmul_rate = torch.device("cuda"), 4.0e12, 4.3e12, 0.0
+    softmax = find_problem("softmax")
+    shape = softmax.shape("8192x16384_fp32")
+    floor, which = run.floor_seconds(softmax, shape)
+    assert floor == pytest.approx(softmax.bytes_moved(shape) / 4.0e12) and "bytes" in which
+    entropy = find_problem("cross_entropy")
+    ce_shape = entropy.shape("8192x32000_fp32")
+    assert run.floor_seconds(entropy, ce_shape)[0] == pytest.approx(entropy.bytes_moved(ce_shape) / 4.3e12, rel=1e-6)
+
+    def judge(problem, shape, pct_of_copy):
+        median_ms = problem.bytes_moved(shape) / (pct_of_copy / 100 * 4.0e12) * 1e3
+        run._physics(problem, shape, shape.name, {}, median_ms, None, {})
+
+    judge(softmax, shape, 100.0)  # honest kernels reach 95-99% of copy
+    judge(entropy, ce_shape, 108.0)  # a read-mostly kernel beats the copy figure by reading alone
+    for problem, which, pct in ((softmax, shape, 106.0), (softmax, shape, 115.0), (entropy, ce_shape, 113.0)):
+        with pytest.raises(Failure) as caught:
+            judge(problem, which, pct)
+        assert caught.value.rule == "impossible-time"
