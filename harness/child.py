@@ -68,7 +68,9 @@ def classify(error: BaseException, phase: str) -> tuple:
     """(rule, one-line reason) for an exception raised by the target."""
     import torch
 
-    if isinstance(error, Rejected) or hasattr(error, "rule") and hasattr(error, "reason"):
+    from .timing import LoopViolation
+
+    if type(error) in (Rejected, LoopViolation):  # exactly ours: a solution's exception names no rule
         return error.rule, error.reason
     text = str(error).strip()
     first = text.splitlines()[0] if text else type(error).__name__
@@ -135,6 +137,39 @@ def _serve_thread(cmd_fd: int, reply_fd: int, handoff) -> None:
         os._exit(0)
 
 
+FRAME_HOOKS = ("set_eval_frame", "set_bytecode_debugger_callback", "set_code_exec_strategy", "register_breakpoint_code",
+               "_get_frame_value_stack_with_depth", "set_guard_complete_hook", "set_guard_error_hook", "raise_sigtrap")
+
+
+def seal_frame_hooks() -> list:
+    """Replace every module's reference to torch's frame-evaluation hooks (PEP 523, for torch.compile) with
+    a refusal, before the solution is imported. An installed hook is handed every frame that runs next,
+    the harness's and the guard's included, with no audit event: a solution has no use for it. Returns
+    the list that records refused calls (the checkpoint reads it)."""
+    import torch
+
+    frames = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+    originals = {id(getattr(frames, name)): name for name in FRAME_HOOKS if frames is not None and hasattr(frames, name)}
+    calls = []
+
+    def refuse(*args, **kwargs):
+        # torch itself calls set_eval_frame(None) to keep dynamo out of some helpers (the profiler): with no
+        # hook ever installed here, setting none is a no-op and the prior hook is None. The originals are
+        # not kept anywhere a solution could find them (this closure holds none).
+        if not kwargs and all(a is None for a in args):
+            return None
+        calls.append("a frame-evaluation hook")
+        raise Rejected("introspection", "called torch's frame-evaluation hook (PEP 523), which is not for solutions")
+
+    for module in list(sys.modules.values()):
+        names = getattr(module, "__dict__", None)
+        if isinstance(names, dict):
+            for key, value in list(names.items()):
+                if id(value) in originals:
+                    names[key] = refuse
+    return calls
+
+
 def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     import warnings
 
@@ -155,9 +190,10 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     problem = load_problem(spec["problem_dir"])
     problem.module  # noqa: B018 - import the reference before the solution
     timer = timing.make_timer(device)
+    is_solution = kind == "solution"
+    hook_calls = seal_frame_hooks() if is_solution else []
     snapshot_changes = guard.ModuleSnapshot().changes
     active_modes = guard.active_modes
-    is_solution = kind == "solution"
     set_phase = (guard.install(guard_fd, [spec["path"]], spec["write_paths"], spec["trusted_dirs"])
                  if is_solution and spec.get("guard", True) else (lambda phase: None))
     thread_count = __import__("threading").active_count
@@ -181,6 +217,8 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         """The checkpoint after every phase that ran solution code."""
         if not is_solution:
             return
+        if hook_calls:
+            raise Rejected("introspection", f"after {phase}: called torch's frame-evaluation hook ({hook_calls[0]}), which is not for solutions")
         changed = snapshot_changes()
         if changed:
             raise Rejected("tampering", f"after {phase}: {'; '.join(changed[:3])}")
@@ -200,7 +238,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             before = build.built_libraries(Path(spec["extension_dir"]))
             start = __import__("time").perf_counter()
             try:
-                module = load_module(path, f"solution_{path.stem}")
+                module = timer.guarded(load_module)(path, f"solution_{path.stem}")
             except SyntaxError as error:
                 raise Rejected("import-error", f"syntax error at line {error.lineno}: {error.msg}") from None
             except BaseException as error:  # noqa: BLE001 - any failure to import is reported, not raised
@@ -235,17 +273,17 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             problem.apply_constants(shape, *extra)
             init = problem.module.get_init_inputs()
             if kind == "solution":
-                model = state["module"].ModelNew(*init)
+                model = timer.guarded(state["module"].ModelNew)(*init)
             elif kind == "external":
                 fn = state["external"]
                 model = lambda *inputs: fn(*inputs)  # noqa: E731
             else:
                 model = problem.module.Model(*init)
-            if isinstance(model, torch.nn.Module):
-                model = model.to(device).eval()
+            if isinstance(model, torch.nn.Module):  # to() and eval() are the solution's to override, so checked too
+                model = timer.guarded(lambda: model.to(device).eval())()
             if kind == "compile":
                 model = torch.compile(model, dynamic=False)
-            state["models"][shape_name] = model
+            state["models"][shape_name] = timer.guarded(model) if is_solution else model
             verify("constructing the model")
         return state["models"][shape_name]
 

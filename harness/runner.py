@@ -52,6 +52,10 @@ from .timing import (TimingStats, burst_calls, copy_bandwidth, escape_bound, is_
 # (a read-mostly one); a time that implies more than this multiple of the ceiling that bounds it is not real.
 PHYSICS_MARGIN = 1.05
 GUARD_RULES = {"introspection", "sandbox-violation", "background-thread", "tampering"}
+# What a child may report of a solution; anything else in a failure reply (a rule meant for the harness or
+# for another library, such as "unavailable") is itself a bad reply.
+SOLUTION_RULES = GUARD_RULES | {"compile-error", "import-error", "missing-ModelNew", "exception", "cuda-error", "out-of-memory",
+                                "bad-output", "escaped-timing"}
 
 
 @dataclasses.dataclass
@@ -213,6 +217,8 @@ class Worker:
             rule, reason = reply.get("rule"), reply.get("reason")
             if not isinstance(rule, str) or not isinstance(reason, str):
                 raise Failure("bad-reply", f"while {phase}: a failure reply without a rule and reason")
+            if self.spec["kind"] == "solution" and rule not in SOLUTION_RULES:
+                raise Failure("bad-reply", f"while {phase}: the child reported rule {rule[:40]!r}, which no solution can earn")
             raise Failure(rule, reason[:600])
         if reply.get("status") != "ok":
             raise Failure("bad-reply", f"while {phase}: a reply with status {str(reply.get('status'))[:40]!r}")

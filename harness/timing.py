@@ -82,6 +82,12 @@ def make_timer(device: torch.device):
     tensor_type, tf_depth, td_depth = torch.Tensor, torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack
     no_tf, no_td = torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch
     median, fmean = statistics.median, statistics.fmean
+    # torch's frame-evaluation hooks (PEP 523, for torch.compile): a hook that forward leaves installed
+    # would be handed every frame this thread runs next, the harness's included.
+    frames = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+    frame_hooks = [(getattr(frames, get, None), getattr(frames, put, None)) for get, put in
+                   (("get_eval_frame_callback", "set_eval_frame"), ("get_bytecode_debugger_callback", "set_bytecode_debugger_callback"))]
+    frame_hooks = [(get, put) for get, put in frame_hooks if get is not None and put is not None]
     range_, len_, zip_, min_, max_, type_, str_ = range, len, zip, min, max, type, str
     if is_cuda:
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -94,6 +100,19 @@ def make_timer(device: torch.device):
         props = torch.cuda.get_device_properties(index)
         flush_bytes = max(2 * getattr(props, "L2_cache_size", 50 * 2**20), 256 * 2**20)
         flush_buffer = empty(flush_bytes // 4, dtype=torch.int32, device=device)
+
+    def guarded(fn):
+        """fn, checked as it returns (normally or not), in its own frame and before any other frame of the
+        harness runs: a frame-evaluation hook left installed is removed and is a verdict."""
+        def call(*args):
+            try:
+                return fn(*args)
+            finally:
+                if any(get() is not None for get, _ in frame_hooks):
+                    for _, put in frame_hooks:
+                        put(None)
+                    raise LoopViolation("introspection", "a frame-evaluation hook (PEP 523) was left installed")
+        return call
 
     def flush():
         with no_tf(), no_td():
@@ -251,8 +270,8 @@ def make_timer(device: torch.device):
         sync()
         return median(per_call)
 
-    return dataclasses.make_dataclass("Timer", ["warm_up", "timed_batch", "burst", "queued", "issue_probe", "after_call", "seal", "sync"])(
-        warm_up, timed_batch, burst, queued, issue_probe, after_call, seal, sync)
+    return dataclasses.make_dataclass("Timer", ["warm_up", "timed_batch", "burst", "queued", "issue_probe", "after_call", "seal", "sync",
+                                                "guarded"])(warm_up, timed_batch, burst, queued, issue_probe, after_call, seal, sync, guarded)
 
 
 # ---- figures the parent derives ----------------------------------------------------------------
