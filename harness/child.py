@@ -137,39 +137,6 @@ def _serve_thread(cmd_fd: int, reply_fd: int, handoff) -> None:
         os._exit(0)
 
 
-FRAME_HOOKS = ("set_eval_frame", "set_bytecode_debugger_callback", "set_code_exec_strategy", "register_breakpoint_code",
-               "_get_frame_value_stack_with_depth", "set_guard_complete_hook", "set_guard_error_hook", "raise_sigtrap")
-
-
-def seal_frame_hooks() -> list:
-    """Replace every module's reference to torch's frame-evaluation hooks (PEP 523, for torch.compile) with
-    a refusal, before the solution is imported. An installed hook is handed every frame that runs next,
-    the harness's and the guard's included, with no audit event: a solution has no use for it. Returns
-    the list that records refused calls (the checkpoint reads it)."""
-    import torch
-
-    frames = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
-    originals = {id(getattr(frames, name)): name for name in FRAME_HOOKS if frames is not None and hasattr(frames, name)}
-    calls = []
-
-    def refuse(*args, **kwargs):
-        # torch itself calls set_eval_frame(None) to keep dynamo out of some helpers (the profiler): with no
-        # hook ever installed here, setting none is a no-op and the prior hook is None. The originals are
-        # not kept anywhere a solution could find them (this closure holds none).
-        if not kwargs and all(a is None for a in args):
-            return None
-        calls.append("a frame-evaluation hook")
-        raise Rejected("introspection", "called torch's frame-evaluation hook (PEP 523), which is not for solutions")
-
-    for module in list(sys.modules.values()):
-        names = getattr(module, "__dict__", None)
-        if isinstance(names, dict):
-            for key, value in list(names.items()):
-                if id(value) in originals:
-                    names[key] = refuse
-    return calls
-
-
 def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     import warnings
 
@@ -191,7 +158,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     problem.module  # noqa: B018 - import the reference before the solution
     timer = timing.make_timer(device)
     is_solution = kind == "solution"
-    hook_calls = seal_frame_hooks() if is_solution else []
+    hook_calls = guard.seal_frame_hooks() if is_solution else []
     snapshot_changes = guard.ModuleSnapshot().changes
     active_modes = guard.active_modes
     set_phase = (guard.install(guard_fd, [spec["path"]], spec["write_paths"], spec["trusted_dirs"])

@@ -38,12 +38,7 @@ from .correctness import check_output, inputs_unchanged, native_reference, refer
 from .guard import GUARD_EXIT
 from .problem import REPO_ROOT, Problem, ProblemError
 from .records import append_record, environment
-from .scan import needs_cuda, scan_source
-try:
-    from .scan import scan_violations
-except ImportError:  # TEMPORARY
-    def scan_violations(path):
-        return []
+from .scan import needs_cuda, scan_source, scan_violations
 from .seeds import derive_seed, new_master_seed
 from .timing import (TimingStats, burst_calls, copy_bandwidth, escape_bound, is_host_bound, matmul_rate, parent_clock_bound,
                      read_bandwidth, sets_per_batch)
@@ -158,7 +153,7 @@ class Worker:
         self.guard_r, guard_w = os.pipe()
         key = new_key()
         env = {**os.environ, **sandbox.scratch_environment(self.scratch)}
-        env["KINETO_LOG_LEVEL"] = "5"  # the op trace's profiler would print start/stop lines for every trial
+        env["KINETO_LOG_LEVEL"] = "6"  # the op trace's profiler would print start/stop lines for every trial
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         self.process = subprocess.Popen([sys.executable, "-m", "harness.child", str(cmd_r), str(reply_w), str(guard_w)],
                                         pass_fds=(cmd_r, reply_w, guard_w), start_new_session=True, env=env, cwd=str(self.scratch),

@@ -1,5 +1,9 @@
-"""A static scan of a solution's source for suspicious code. Warnings only: rules backed by
-evidence reject; this just points a reviewer at lines worth reading."""
+"""Static scans of a solution's source.
+
+scan_source: warnings only, pointing a reviewer at lines worth reading (regex over the source without its
+prose). scan_violations: a verdict, from the syntax tree, for code honest solutions never contain
+(introspection, patching what the harness relies on, torch's mode switches, device code that calls the
+Python C API); it covers what raises no audit event at run time (harness/guard.py)."""
 from __future__ import annotations
 
 import ast
@@ -74,3 +78,290 @@ def needs_cuda(path: Path) -> bool:
     extension, load_inline with cpp_sources alone, builds and runs on the CPU.)"""
     text = Path(path).read_text(errors="replace")
     return "cuda_sources" in text or bool(re.search(r"\.cu['\"]", text)) or "with_cuda=True" in text
+
+
+# ----- violations: what honest solutions never do, found in the syntax tree ----------------------------------
+# Modules a solution has no business importing.
+BANNED_MODULES = {
+    "inspect": "imports inspect (frames)", "ctypes": "imports ctypes (raw memory)", "_ctypes": "imports ctypes (raw memory)",
+    "cffi": "imports cffi (raw memory)", "harness": "imports the harness", "marshal": "imports marshal (bytecode)",
+    "dis": "imports dis (bytecode)", "pdb": "imports a debugger", "bdb": "imports a debugger", "trace": "imports trace",
+    "tracemalloc": "imports tracemalloc (allocation stacks)", "code": "imports code (an interpreter)",
+    "codeop": "imports codeop (compiles code)", "faulthandler": "imports faulthandler (stack dumps)",
+}
+# Names and attributes that reach frames, every object, tracing, code objects or torch's mode switches.
+BANNED_NAMES = {
+    **dict.fromkeys(("_getframe", "_getframemodulename", "_current_frames", "_current_exceptions"), "reads interpreter frames"),
+    **dict.fromkeys(("f_back", "f_locals", "f_globals", "f_builtins", "f_code", "tb_frame", "gi_frame", "cr_frame", "ag_frame",
+                     "gi_code"), "walks interpreter frames"),
+    **dict.fromkeys(("settrace", "setprofile", "settrace_all_threads", "setprofile_all_threads", "addaudithook"),
+                    "traces or audits the interpreter"),
+    **dict.fromkeys(("get_objects", "get_referrers", "get_referents"), "lists live objects (gc)"),
+    **dict.fromkeys(("__closure__", "cell_contents", "__code__", "__globals__", "__builtins__", "__defaults__",
+                     "__kwdefaults__", "__subclasses__", "CodeType", "FrameType"), "reaches into functions or code objects"),
+    **dict.fromkeys(("_disable_current_modes", "_DisableTorchDispatch", "DisableTorchFunction", "DisableTorchFunctionSubclass",
+                     "_pop_mode", "_pop_mode_temporarily", "_pop_torch_function_stack", "_pop_torch_dispatch_stack",
+                     "_push_mode", "_python_dispatch", "TorchDispatchMode", "TorchFunctionMode", "BaseTorchFunctionMode",
+                     "_set_torch_function_mode", "_len_torch_function_stack", "_len_torch_dispatch_stack"),
+                    "switches torch's function or dispatch modes"),
+    **dict.fromkeys(("meta_path", "path_hooks"), "installs import hooks"),
+    "_construct_storage_from_data_pointer": "makes a tensor over a raw address",
+    **dict.fromkeys(("from_file", "fromfile", "memmap"), "reads or maps files through native code"),
+}
+# Attributes on the gc module beyond collecting (gc.collect, gc.disable... stay allowed).
+BANNED_GC = {"callbacks", "garbage", "set_debug"}
+# Builtins that run or compile code given as data.
+BANNED_BUILTINS = {"exec": "runs code from a string (exec)", "eval": "runs code from a string (eval)",
+                   "compile": "compiles code at run time (compile)", "__import__": "imports by computed name (__import__)",
+                   "breakpoint": "starts a debugger (breakpoint)"}
+# Modules whose attributes a solution must not write: the harness and the timing path rely on them.
+PROTECTED_ROOTS = {"torch", "time", "os", "sys", "builtins", "gc", "threading", "json", "hmac", "hashlib", "struct", "posix",
+                   "_thread", "posixpath", "pathlib", "io", "operator", "functools", "types", "traceback", "warnings",
+                   "importlib", "harness", "math", "random", "numpy", "triton"}
+# Flags that make torch MORE exact: a solution may switch them off (TF32 and reduced-precision reductions).
+EXACTNESS_FLAGS = {"allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"}
+# In device code (the strings handed to load_inline): the Python C API, other processes, host threads.
+NATIVE_PATTERNS = [
+    (r"\b_?Py(Eval|Frame|ThreadState|InterpreterState|Import|Run|Sys|GC|Code|Function|Cell|Module_GetDict|Dict_(Set|Get)Item"
+     r"|Object_(Get|Set)Attr)\w*|\bPy_CompileString|\b_PyRuntime", "introspection", "calls the Python C API"),
+    (r"\b(py|pybind11)::(module_?::import|globals|exec|eval|eval_file)\b", "introspection", "runs Python code from native code"),
+    (r"\b(dlopen|dlsym|ptrace|process_vm_readv|process_vm_writev)\b", "introspection", "loads symbols or reads other processes"),
+    (r"/proc/|/dev/mem\b", "introspection", "opens /proc or /dev/mem"),
+    (r"\b(syscall|fork|vfork|execve|execv|execvp|system|popen|posix_spawn)\s*\(", "sandbox-violation", "starts processes or makes raw system calls"),
+    (r"\bstd::(thread|async|jthread)\b|\bpthread_create\b", "background-thread", "starts a host thread"),
+]
+NATIVE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx", ".inl")
+
+
+def _strip_c_comments(text: str) -> str:
+    """C/C++ comments out of device code; only those that start a line or follow a blank, so that a path
+    written "/proc//self/mem" stays what it is."""
+    text = re.sub(r"(^|(?<=\s))/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"(^|(?<=\s))//[^\n]*", "", text, flags=re.M)
+
+
+def _docstring_ids(tree) -> set:
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            found.add(id(body[0].value))
+    return found
+
+
+def _root(node):
+    """The name an attribute/subscript chain starts from (torch for torch.cuda.Event.x), and the chain."""
+    parts = []
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+        elif isinstance(node, ast.Call):
+            return None, []
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id, [node.id] + parts[::-1]
+    return None, []
+
+
+class _Scanner(ast.NodeVisitor):
+    def __init__(self, docstrings: set, folder: Path | None):
+        self.found = []
+        self.docstrings = docstrings
+        self.folder = folder
+        self.protected = set()   # names bound to protected modules or to things imported from them
+        self.bound = set()       # names the module binds itself (a local `compile` is not the builtin)
+
+    def flag(self, node, rule, reason):
+        item = (rule, f"line {getattr(node, 'lineno', 0)}: {reason}")
+        if item not in self.found:
+            self.found.append(item)
+
+    # --- imports ---
+    def visit_Import(self, node):
+        for alias in node.names:
+            top = alias.name.split(".")[0]
+            if top in BANNED_MODULES:
+                self.flag(node, "introspection", BANNED_MODULES[top])
+            if top in PROTECTED_ROOTS:
+                self.protected.add(alias.asname or top)
+            self.bound.add((alias.asname or top))
+            self._check_name(node, alias.name.split(".")[-1])
+
+    def visit_ImportFrom(self, node):
+        module = node.module or ""
+        top = module.split(".")[0]
+        if node.level:
+            self.flag(node, "introspection", "relative import (a solution is a single file)")
+        if top in BANNED_MODULES:
+            self.flag(node, "introspection", BANNED_MODULES[top])
+        for part in module.split("."):
+            self._check_name(node, part)
+        for alias in node.names:
+            self._check_name(node, alias.name)
+            if top in PROTECTED_ROOTS:
+                self.protected.add(alias.asname or alias.name)
+            self.bound.add(alias.asname or alias.name)
+
+    # --- names, attributes, strings ---
+    def _check_name(self, node, name):
+        if name in BANNED_NAMES:
+            self.flag(node, "introspection", f"{BANNED_NAMES[name]} ({name})")
+
+    def visit_Name(self, node):
+        self._check_name(node, node.id)
+        if node.id in BANNED_BUILTINS and node.id not in self.bound:
+            self.flag(node, "introspection", BANNED_BUILTINS[node.id])
+
+    def visit_Attribute(self, node):
+        self._check_name(node, node.attr)
+        root, chain = _root(node)
+        if root == "sys" and node.attr == "monitoring":
+            self.flag(node, "introspection", "traces the interpreter (sys.monitoring)")
+        if root == "gc" and node.attr in BANNED_GC:
+            self.flag(node, "introspection", f"reaches gc internals (gc.{node.attr})")
+        if node.attr == "__dict__" and root in self.protected:
+            self.flag(node, "introspection", f"reaches a module's dict ({'.'.join(chain)})")
+        self.generic_visit(node)
+
+    def visit_Constant(self, node):
+        value = node.value
+        if not isinstance(value, str) or id(node) in self.docstrings:
+            return
+        if value in BANNED_NAMES:
+            self._check_name(node, value)
+        if value == "harness" or value.startswith("harness."):
+            self.flag(node, "introspection", f"names the harness ({value!r})")
+        code = _strip_c_comments(value)
+        if "/proc/" in code or "/dev/mem" in code:
+            self.flag(node, "introspection", "names /proc or /dev/mem")
+        self._check_native(node, value, "")
+        if self.folder is not None and value.endswith(NATIVE_SUFFIXES) and "\n" not in value and len(value) < 200:
+            beside = self.folder / value
+            try:
+                if beside.is_file() and beside.resolve().parent == self.folder.resolve():
+                    self._check_native(node, beside.read_text(errors="replace"), f" in {value}")
+            except OSError:
+                pass
+
+    def _check_native(self, node, text, where):
+        code = _strip_c_comments(text)
+        for pattern, rule, reason in NATIVE_PATTERNS:
+            match = re.search(pattern, code)
+            if match:
+                self.flag(node, rule, f"device code{where} {reason} ({match.group(0).strip()})")
+
+    # --- calls ---
+    def visit_Call(self, node):
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
+            root, chain = _root(node.args[0])
+            if root is None and isinstance(node.args[0], ast.Name):
+                root = node.args[0].id
+            if root in self.protected:
+                self.flag(node, "introspection", f"{func.id}() on {'.'.join(chain) or root}")
+        if isinstance(func, ast.Name) and func.id == "vars" and node.args:
+            root = node.args[0].id if isinstance(node.args[0], ast.Name) else _root(node.args[0])[0]
+            if root in self.protected:
+                self.flag(node, "introspection", f"reaches a module's dict (vars({root}...))")
+        if isinstance(func, ast.Attribute) and func.attr == "import_module" and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) and node.args[0].value.split(".")[0] in BANNED_MODULES:
+            self.flag(node, "introspection", BANNED_MODULES[node.args[0].value.split(".")[0]])
+        self.generic_visit(node)
+
+    # --- writes ---
+    def _check_target(self, node, target, value=None):
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self._check_target(node, element)
+            return
+        if isinstance(target, ast.Starred):
+            return self._check_target(node, target.value)
+        if isinstance(target, ast.Name):
+            self.bound.add(target.id)
+            if value is not None and not isinstance(value, ast.Call):
+                root, _ = _root(value)
+                if (root or (value.id if isinstance(value, ast.Name) else None)) in self.protected:
+                    self.protected.add(target.id)  # E = torch.cuda.Event: E is torch's
+            return
+        if isinstance(target, ast.Attribute) and target.attr in ("__class__", "__bases__", "__dict__", "__code__",
+                                                                  "__defaults__", "__kwdefaults__"):
+            self.flag(node, "introspection", f"rewrites .{target.attr}")
+            return
+        root, chain = _root(target)
+        if root not in self.protected:
+            return
+        dotted = ".".join(chain)
+        if isinstance(target, ast.Subscript):
+            if chain[:2] == ["os", "environ"] or (len(chain) == 1 and root == "environ"):
+                return  # setting a build variable (TORCH_CUDA_ARCH_LIST, MAX_JOBS) before load_inline
+            self.flag(node, "introspection", f"writes into {dotted}[...]")
+            return
+        if isinstance(target, ast.Attribute) and target.attr in EXACTNESS_FLAGS and "backends" in chain \
+                and isinstance(value, ast.Constant) and value.value is False:
+            return  # torch.backends.cuda.matmul.allow_tf32 = False: more exact, never faster
+        self.flag(node, "introspection", f"writes the attribute {dotted} of a module the harness relies on")
+
+    def visit_Assign(self, node):
+        for target in node.targets:
+            self._check_target(node, target, node.value)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node):
+        self._check_target(node, node.target)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            self._check_target(node, node.target, node.value)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node):
+        for target in node.targets:
+            self._check_target(node, target)
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node):
+        self.bound.add(node.name)
+        for arg in node.args.args + node.args.kwonlyargs + node.args.posonlyargs:
+            self.bound.add(arg.arg)
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node):
+        self.bound.add(node.name)
+        self.generic_visit(node)
+
+
+def scan_violations(path) -> list:
+    """[(rule, 'line N: what')] for code honest solutions never contain: introspection (frames, gc object
+    lists, tracing, code objects, ctypes, exec/eval/compile, /proc), patches of the modules the harness
+    relies on, torch's mode switches, and device code that calls the Python C API or starts processes or
+    threads. Each finding rejects the solution (scan_source's findings are warnings only)."""
+    path = Path(path)
+    try:
+        text = path.read_text(errors="replace")
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError):
+        return []  # unreadable or not Python: the import reports it
+    scanner = _Scanner(_docstring_ids(tree), path.parent)
+    # Bindings first (a later `import torch as t` still protects t where it was used before), then the checks.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in PROTECTED_ROOTS:
+                    scanner.protected.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PROTECTED_ROOTS:
+            for alias in node.names:
+                scanner.protected.add(alias.asname or alias.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            scanner.bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            scanner.bound.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            scanner.bound.add(node.id)
+        elif isinstance(node, ast.alias):
+            scanner.bound.add((node.asname or node.name).split(".")[0])
+    scanner.visit(tree)
+    return sorted(scanner.found, key=lambda item: int(item[1].split(":")[0].split()[1]))

@@ -1,0 +1,894 @@
+"""The runtime guard of the child that imports a solution: introspection is a verdict, not a warning.
+
+`install` adds an audit hook (sys.addaudithook: it can never be removed) that watches what the solution
+does and kills the process at once (status GUARD_EXIT, after one "rule<TAB>reason" line on report_fd)
+when it inspects the interpreter, writes outside its scratch folders or starts threads or processes when
+it must not. The solution cannot catch the kill: there is no exception, and no code of its own runs.
+
+Who did it: an event is the solution's when a solution frame (its file, its scratch folders, code that is
+not a real file, anything outside the trusted folders) is among the NEAR frames nearest to it, so that
+inspect.stack() or traceback.walk_stack() called by the solution count, while torch calling
+sys._getframe deep under an honest import or forward does not. Holes this leaves, and what covers them:
+  - frame attributes (f_back, f_locals, f_globals), closure cells, __globals__ and module or class
+    attribute writes raise no audit event: the static scan (harness/scan.py) and ModuleSnapshot
+    cover them, and a frame or a gc object list cannot be had without an audited call in the first place;
+  - torch's helpers that switch dispatch modes off raise no event: the scan and active_modes();
+  - native code (the solution's own C++/CUDA, or torch's raw-pointer helpers) raises no event: the
+    scan of its sources and the sandbox (Landlock) cover it;
+  - on Python 3.11 starting a thread raises no event (3.12 audits _thread.start_new_thread): a thread
+    is caught by its first audited action, or by the child's thread count at each checkpoint.
+
+ModuleSnapshot: identity snapshot of the dicts of the modules (and classes) the harness and torch rely
+on, to find attributes a solution replaced or added (shadowing `super` in torch.cuda.streams makes
+Event.elapsed_time return a chosen number). active_modes(): torch function and dispatch modes left active.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+GUARD_EXIT = 86  # exit status of a child killed by the guard
+PHASES = ("load", "run")
+NEAR = 4    # a solution frame this close to an event makes it the solution's
+REACH = 8   # how many frames above an event are looked at to find who asked for it
+RULES = ("introspection", "sandbox-violation", "background-thread")
+
+# Audit events that hand out frames, every object, or tracing of other code ("introspection").
+_FRAME_EVENTS = {
+    "sys._getframe": ("_getframe",),
+    "sys._getframemodulename": ("_getframemodulename",),           # 3.12
+    "sys._current_frames": ("_current_frames",),
+    "sys._current_exceptions": ("_current_exceptions",),
+    "sys.settrace": ("settrace", "settrace_all_threads", "_settraceallthreads"),
+    "sys.setprofile": ("setprofile", "setprofile_all_threads", "_setprofileallthreads"),
+    "sys.monitoring.register_callback": ("register_callback",),    # 3.12
+    "gc.get_objects": ("get_objects",),
+    "gc.get_referrers": ("get_referrers",),
+    "gc.get_referents": ("get_referents",),
+    "builtins.breakpoint": ("breakpoint",),
+}
+# Attributes whose read is audited (object.__getattr__): a frame, or a code object.
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_CODE_ATTRS = frozenset({"__code__", "f_code", "gi_code", "cr_code", "ag_code"})
+# Attributes whose write is audited (object.__setattr__) and that rewrite behaviour.
+_REWRITE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__", "__class__", "__bases__"})
+# Making code or functions from parts, loading bytecode, raw memory: introspection as well.
+_MAKER_EVENTS = frozenset({
+    "code.__new__", "function.__new__", "marshal.loads", "marshal.load", "sys.addaudithook",
+    "ctypes.addressof", "ctypes.call_function", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.create_string_buffer",
+    "ctypes.create_unicode_buffer", "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.get_errno",
+    "ctypes.get_last_error", "ctypes.set_errno", "ctypes.set_exception", "ctypes.set_last_error", "ctypes.string_at",
+    "ctypes.wstring_at", "ctypes.memoryview_at", "ctypes.PyObj_FromPtr",
+})
+_PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork",
+                             "os.forkpty", "pty.spawn", "os.startfile"})
+_SOCKET_EVENTS = frozenset({"socket.__new__", "socket.bind", "socket.connect", "socket.sendto", "socket.sendmsg",
+                            "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo"})
+# File system events: event -> indices of the path arguments they change, and of their dir_fd.
+_WRITE_EVENTS = {
+    "os.remove": ((0,), 1), "os.rmdir": ((0,), 1), "os.mkdir": ((0,), 2), "os.chmod": ((0,), 2),
+    "os.chown": ((0,), 3), "os.utime": ((0,), 3), "os.truncate": ((0,), None), "os.mkfifo": ((0,), 2),
+    "os.mknod": ((0,), 3), "os.setxattr": ((0,), None), "os.removexattr": ((0,), None),
+    "os.rename": ((0, 1), 2), "os.link": ((0, 1), 2), "os.symlink": ((1,), 2),
+}
+_LIST_EVENTS = frozenset({"os.listdir", "os.scandir"})
+_THREAD_EVENTS = frozenset({"_thread.start_new_thread"})  # 3.12
+# Device files anybody may write (subprocess opens /dev/null read-write for DEVNULL).
+_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/full"})
+_RAW_MEMORY = frozenset({"/dev/mem", "/dev/kmem", "/dev/port", "/proc/kcore"})
+
+# Trusted functions that look at their caller's frame and hand nothing of it back: when one of them is
+# between an event and the solution, the event is theirs. (file suffix, qualified name or None for any)
+# The top level of any trusted module counts as well: torch imports modules lazily during a call.
+_CONSUMERS = (
+    ("/collections/__init__.py", "namedtuple"),       # the caller's module name; sets its own __new__.__defaults__
+    ("/typing.py", "_caller"),                        # TypeVar, NewType, TypedDict: the caller's module name
+    ("/typing_extensions.py", "_caller"),             # the same, in the backport torch uses
+    ("/typing_extensions.py", "_has_generic_or_protocol_as_origin"),  # Generic[...]: a yes/no about typing's frame
+    ("/typing.py", "NamedTupleMeta.__new__"),         # class X(NamedTuple): sets the new class's __bases__
+    ("/enum.py", "EnumType._create_"),                # Enum('Name', 'a b'): the caller's module name
+    ("/logging/__init__.py", "Logger.findCaller"),    # file, line, function of a log record (not with stack_info)
+    ("/subprocess.py", "_text_encoding"),             # -X warn_default_encoding: a warning's stack level
+    ("/torch/library.py", None),                      # torch.library.Library, custom ops: where they were registered
+    ("/torch/_library/utils.py", "get_source"),       # the same, for torch.library.custom_op
+    ("/torch/cuda/__init__.py", "_lazy_call"),        # a call queued before CUDA starts keeps its stack as text
+)
+
+
+def _real(path) -> str:
+    import os
+
+    return os.path.realpath(os.path.abspath(str(path)))
+
+
+def _roots(paths) -> tuple:
+    return tuple(sorted({_real(p) for p in paths if p}))
+
+
+def _solution_paths(solution_files) -> tuple:
+    """The solution files as given and resolved, and where importlib would cache their bytecode."""
+    import importlib.util
+
+    files = frozenset({str(p) for p in solution_files} | {_real(p) for p in solution_files})
+    caches = frozenset(_real(importlib.util.cache_from_source(_real(p))) for p in solution_files)
+    return files, caches
+
+
+def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
+    """Install the hook and return set_phase(name), name in PHASES (it starts in "load").
+
+    Everything the hook uses is bound here, before the solution exists: the solution may later rewrite
+    any module (os._exit included), and the hook must not be reachable from a module global, so it is
+    a closure of this call, and so is everything it calls (no global or builtin is looked up by name:
+    tests/test_guard.py checks the bytecode).
+    """
+    import _imp
+    import _thread
+    import gc
+    import importlib._bootstrap as bootstrap
+    import importlib._bootstrap_external as bootstrap_external
+    import os
+    import pathlib
+    import sysconfig
+    import threading
+
+    os_write, os_exit, getpid, readlink, getcwd, os_open, os_read, os_close, fspath, lstat = (
+        os.write, os._exit, os.getpid, os.readlink, os.getcwd, os.open, os.read, os.close, os.fspath, os.lstat)
+    getframe, get_ident, is_frozen, addaudithook = sys._getframe, _thread.get_ident, _imp.is_frozen, sys.addaudithook
+    gc_isenabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable
+    fs_encoding, exit_code = sys.getfilesystemencoding(), GUARD_EXIT
+    O_RDONLY, O_CLOEXEC = os.O_RDONLY, getattr(os, "O_CLOEXEC", 0)
+    WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    _str, _bytes, _int, _type, _len, _range = str, bytes, int, type, len, range
+    _BaseException, _OSError, _ValueError = BaseException, OSError, ValueError
+    CodeType, FunctionType, MethodType = types.CodeType, types.FunctionType, types.MethodType
+    mro_of = type.__dict__["__mro__"].__get__      # the real MRO and class dict, whatever a metaclass says
+    dict_of = type.__dict__["__dict__"].__get__
+    path_types = frozenset({pathlib.PosixPath, pathlib.PurePosixPath})
+    # importlib's own code, by identity: the only code that may run trusted-named code or write .pyc caches
+    call_removed = bootstrap._call_with_frames_removed.__code__
+    loader_exec = bootstrap_external._LoaderBasics.exec_module.__code__
+    frozen_exec = bootstrap.FrozenImporter.exec_module.__code__
+    file_loaders = frozenset({bootstrap_external.SourceFileLoader, bootstrap_external.SourcelessFileLoader})
+    pyc_writers = frozenset({bootstrap_external._write_atomic.__code__, bootstrap_external.SourceFileLoader.set_data.__code__})
+    thread_bootstrap, Thread, thread_run = threading.Thread._bootstrap, threading.Thread, threading.Thread.run
+
+    solution_set, solution_caches = _solution_paths(solution_files)
+    scratch, trusted = _roots(scratch_dirs), _roots(trusted_dirs)
+    harness_dir = (_real(os.path.dirname(__file__)),)
+    stdlib_dir = (_real(sysconfig.get_paths()["stdlib"]),)
+    frame_events = dict(_FRAME_EVENTS)
+    frame_attrs, code_attrs, rewrite_attrs, maker_events = _FRAME_ATTRS, _CODE_ATTRS, _REWRITE_ATTRS, _MAKER_EVENTS
+    process_events, socket_events, write_events, list_events = _PROCESS_EVENTS, _SOCKET_EVENTS, dict(_WRITE_EVENTS), _LIST_EVENTS
+    thread_events, devices, raw_memory, consumers = _THREAD_EVENTS, _DEVICES, _RAW_MEMORY, _CONSUMERS
+    near, reach, phases, everything = NEAR, REACH, PHASES, 1 << 30
+    interesting = frozenset(set(frame_events) | maker_events | process_events | socket_events | set(write_events)
+                            | list_events | thread_events | {"object.__getattr__", "object.__setattr__", "open",
+                                                             "compile", "exec", "os.kill", "os.killpg", "os.chdir"})
+    install_thread = get_ident()
+    state = {"phase": "load"}
+    # Threads inside the hook's own frame reads (sys._getframe, frame.f_code): their nested events are the
+    # hook's own. The window holds C calls only, with the cyclic GC off so that no finalizer (__del__) of the
+    # solution runs inside it; signal handlers run in the main thread only (the child serves from another).
+    quiet = set()
+    kinds = {}      # co_filename -> kind
+    own_pycs = set()  # bytecode caches importlib wrote in this process (PYTHONPYCACHEPREFIX puts them in scratch)
+
+    # ----- paths, file names, frames ----------------------------------------------------------------------
+    def hush(tid):
+        was = gc_isenabled()
+        gc_disable()
+        quiet.add(tid)
+        return was
+
+    def unhush(tid, was):
+        quiet.discard(tid)
+        if was:
+            gc_enable()
+
+    def under(path, dirs):
+        for d in dirs:
+            if path == d or path.startswith(d + "/"):
+                return True
+        return False
+
+    def plain(value):
+        """A path argument as an exact str; None for a descriptor; False for an object whose own methods
+        would have to run to tell (a str subclass or a custom PathLike may answer differently each time)."""
+        t = _type(value)
+        if t is _str:
+            return value
+        if t is _bytes:
+            return value.decode(fs_encoding, "surrogateescape")
+        if t is _int or value is None:
+            return None
+        if t in path_types:
+            return plain(fspath(value))
+        return False
+
+    def absolute(path, dir_fd=None):
+        if path.startswith("/"):
+            return path
+        base = getcwd()
+        if _type(dir_fd) is _int and dir_fd >= 0:
+            try:
+                base = readlink("/proc/self/fd/" + _str(dir_fd))
+            except (_OSError, _ValueError):
+                pass
+        return base + "/" + path
+
+    def resolve(path, dir_fd=None):
+        """The real path, symlinks followed with os.readlink alone (os.path may have been rewritten)."""
+        todo = absolute(path, dir_fd).split("/")
+        todo.reverse()
+        done, hops = [], 0
+        while todo:
+            part = todo.pop()
+            if part == "" or part == ".":
+                continue
+            if part == "..":
+                if done:
+                    done.pop()
+                continue
+            candidate = "/" + "/".join(done) + ("/" if done else "") + part
+            try:
+                target = readlink(candidate)
+            except (_OSError, _ValueError):
+                done.append(part)
+                continue
+            hops += 1
+            if hops > 40:
+                done.append(part)
+                continue
+            if target.startswith("/"):
+                done = []
+            more = target.split("/")
+            more.reverse()
+            todo.extend(more)
+        return "/" + "/".join(done)
+
+    def kind_of(filename):
+        """'solution', 'harness', 'stdlib', 'importlib' or 'lib' (another trusted file) for a co_filename."""
+        if _type(filename) is not _str:
+            return "solution"
+        known = kinds.get(filename)
+        if known is not None:
+            return known
+        if filename in solution_set:
+            kind = "solution"
+        elif filename.startswith("<"):
+            name = filename[8:-1] if filename.startswith("<frozen ") and filename.endswith(">") else None
+            if name is not None and name.startswith("importlib._bootstrap"):
+                kind = "importlib"
+            elif name is not None and is_frozen(name):
+                kind = "stdlib"  # 3.11+ freezes os, posixpath, codecs, abc, site...: "<frozen os>"
+            else:
+                kind = "solution"  # "<string>", "<stdin>", generated or exec'd code
+        else:
+            path = resolve(filename)
+            if path in solution_set or under(path, scratch) or not under(path, trusted):
+                kind = "solution"
+            elif under(path, harness_dir):
+                kind = "harness"
+            elif under(path, stdlib_dir) and "/site-packages/" not in path and "/dist-packages/" not in path:
+                kind = "stdlib"
+            else:
+                kind = "lib"
+        kinds[filename] = kind
+        return kind
+
+    def stack(first, depth):
+        """[(kind, filename, function, line, frame, code)] from `first` up, at most `depth` of them."""
+        found, frame, tid = [], first, get_ident()
+        was = hush(tid)
+        try:
+            while frame is not None and _len(found) < depth:
+                code = frame.f_code
+                found.append((code, frame, frame.f_lineno))
+                frame = frame.f_back
+        finally:
+            unhush(tid, was)
+        chain = []
+        for code, frame, line in found:
+            filename, name = code.co_filename, code.co_qualname
+            filename = filename if _type(filename) is _str else "<?>"
+            name = name if _type(name) is _str else "<?>"
+            chain.append((kind_of(code.co_filename), filename, name, line, frame, code))
+        return chain
+
+    def where(entry):
+        return entry[1].rsplit("/", 1)[-1] + ":" + _str(entry[3])
+
+    def at(chain, text):
+        return text + (" (" + where(chain[0]) + ")" if chain else "")
+
+    def consumer(entry, caller=None):
+        kind, filename, name = entry[0], entry[1], entry[2]
+        if kind != "stdlib" and kind != "lib":
+            return False
+        if name == "<module>":
+            # a trusted module's top level that importlib is running now (a lazy import during a call; its
+            # code passed the exec check): not the main script at the bottom of the stack
+            return caller is not None and caller[5] is call_removed
+        for suffix, function in consumers:
+            if filename.endswith(suffix) and (function is None or function == name):
+                if function == "Logger.findCaller":  # with stack_info a log record holds the caller's whole stack
+                    try:
+                        wanted = entry[4].f_locals.get("stack_info", False)
+                    except _BaseException:
+                        return False
+                    return wanted is False or wanted is None
+                return True
+        return False
+
+    def consumer_before(chain, stop):
+        end = _len(chain) if stop is None else stop
+        for i in _range(end):
+            if consumer(chain[i], chain[i + 1] if i + 1 < _len(chain) else None):
+                return True
+        return False
+
+    def nearest_solution(chain):
+        for i in _range(_len(chain) if _len(chain) < near else near):
+            if chain[i][0] == "solution":
+                return i
+        return None
+
+    def harness_asked(chain):
+        """The first caller above the standard library is the harness (its own error reports)."""
+        for entry in chain:
+            if entry[0] == "harness":
+                return True
+            if entry[0] != "stdlib" and entry[0] != "importlib":
+                return False
+        return False
+
+    def names_any(code, wanted):
+        for pool in (code.co_names, code.co_consts):
+            for item in pool:
+                if _type(item) is _str:
+                    for w in wanted:
+                        if item == w:
+                            return True
+        return False
+
+    # ----- the rules ----------------------------------------------------------------------------------------
+    def judge_frames(event, chain, wanted):
+        """Frames, every object, tracing: the solution's when it is near (and no consumer stands between);
+        an indirection (a C callback, functools.partial) when the nearest code does not even name the call;
+        and while the solution runs, anything but the harness's own error reports."""
+        s = nearest_solution(chain)
+        if consumer_before(chain, s):
+            return None
+        if s is not None:
+            return "introspection", event + " called by the solution (" + where(chain[s]) + ")"
+        if chain and wanted and not names_any(chain[0][5], wanted):
+            return "introspection", at(chain, event + " called through an indirection; nearest Python code")
+        if state["phase"] == "run" and not harness_asked(chain):
+            return "introspection", at(chain, event + " while the solution runs")
+        return None
+
+    def judge_maker(event, chain):
+        if event == "sys.addaudithook":
+            return "introspection", at(chain, "adds an audit hook")
+        s = nearest_solution(chain)
+        if consumer_before(chain, s):
+            return None  # namedtuple setting its own __new__.__defaults__, torch.library building a wrapper
+        if s is not None:
+            return "introspection", event + " called by the solution (" + where(chain[s]) + ")"
+        if event.startswith("marshal.") and chain and chain[0][0] == "importlib":
+            return None  # importlib reading a .pyc for an import
+        if state["phase"] == "run" and not harness_asked(chain):
+            return "introspection", at(chain, event + " while the solution runs")
+        return None
+
+    def trusted_name(filename):
+        if _type(filename) is not _str:
+            return False
+        if filename.startswith("<frozen"):
+            return True
+        return not filename.startswith("<") and kind_of(filename) != "solution"
+
+    def same_as_file(filename, source):
+        """compile() under a trusted file name must compile that very file (else code passes for torch's)."""
+        if _type(source) is not _bytes and _type(source) is not _str:
+            return False
+        parts = []
+        try:
+            fd = os_open(filename, O_RDONLY | O_CLOEXEC)  # its own 'open' event is judged like any other
+            try:
+                while True:
+                    block = os_read(fd, 1 << 20)
+                    if not block:
+                        break
+                    parts.append(block)
+            finally:
+                os_close(fd)
+        except (_OSError, _ValueError):
+            return False
+        data = b"".join(parts)
+        if _type(source) is _bytes:
+            return data == source
+        return data.decode("utf-8", "surrogateescape") == source
+
+    def judge_code(event, args, chain):
+        if chain and chain[0][0] == "solution":
+            return "introspection", at(chain, ("compiles" if event == "compile" else "executes") + " code at run time")
+        if event == "compile":
+            source = args[0] if _len(args) > 0 else None
+            filename = args[1] if _len(args) > 1 else None
+            if trusted_name(filename) and (filename.startswith("<") or not same_as_file(filename, source)):
+                return "introspection", "compiles code under the trusted file name " + filename
+            return None
+        code = args[0] if args else None
+        if _type(code) is CodeType and trusted_name(code.co_filename):
+            # importlib running a module it read itself: exec_module -> _call_with_frames_removed(exec, ...),
+            # or (FrozenImporter, 3.12) exec_module -> exec
+            ok = chain and chain[0][5] is frozen_exec
+            if not ok and _len(chain) > 1 and chain[0][5] is call_removed:
+                if chain[1][5] is frozen_exec:
+                    ok = True
+                elif chain[1][5] is loader_exec:
+                    ok = _type(chain[1][4].f_locals.get("self")) in file_loaders
+            if not ok:
+                return "introspection", "runs code that passes for " + code.co_filename
+        return None
+
+    def judge_proc(path):
+        """Reads of another process's /proc entries, or of any process's memory."""
+        if path in raw_memory:
+            return "introspection", "opens " + path
+        if path.startswith("/proc/"):
+            parts = path.split("/")
+            if _len(parts) > 2 and parts[2].isdigit():
+                pid = _str(getpid())
+                if parts[2] != pid:
+                    try:
+                        readlink("/proc/" + pid + "/task/" + parts[2] + "/exe")  # one of our own threads?
+                    except (_OSError, _ValueError):
+                        return "introspection", "opens " + path + " (another process)"
+                if parts[-1] == "mem":
+                    return "introspection", "opens " + path
+        return None
+
+    def judge_open(args, chain_of):
+        raw = args[0] if args else None
+        flags = args[2] if _len(args) > 2 and _type(args[2]) is _int else 0
+        path = plain(raw)
+        if path is None:
+            return None
+        if path is False:
+            return "sandbox-violation", "opens a file named by an object that is not a plain path"
+        if not flags & WRITE_FLAGS:
+            # Reads: only /proc, /dev and bytecode matter. A symlink into them has to be made first
+            # (os.symlink is judged), and none that reaches another process exists outside /proc.
+            lexical = absolute(path)
+            if not (lexical.startswith("/proc") or lexical.startswith("/dev") or lexical.endswith(".pyc") or "/." in lexical):
+                return None
+            full = resolve(path)
+            verdict = judge_proc(full)
+            if verdict is None and full.endswith(".pyc") and full not in solution_caches and not under(full, trusted) \
+                    and full not in own_pycs and exists(full):
+                verdict = "introspection", "loads bytecode from " + full  # importlib probing a missing cache is fine
+            return verdict
+        full = resolve(path)
+        verdict = judge_proc(full)
+        if verdict is not None:
+            return verdict
+        if ".pyc" in full.rsplit("/", 1)[-1]:
+            if not by_importlib(chain_of()):
+                return "introspection", "writes bytecode to " + full
+            if under(full, scratch) or "/__pycache__/" in full:
+                return None  # importlib caching bytecode (sys.dont_write_bytecode makes this moot)
+        if under(full, scratch) or full in devices:
+            return None
+        return "sandbox-violation", "opens " + full + " for writing"
+
+    def exists(path):
+        try:
+            lstat(path)
+            return True
+        except (_OSError, _ValueError):
+            return False
+
+    def by_importlib(chain):
+        return chain and chain[0][5] in pyc_writers and nearest_solution(chain) is None
+
+    def judge_write(event, args, chain_of):
+        indices, fd_index = write_events[event]
+        dir_fd = args[fd_index] if fd_index is not None and fd_index < _len(args) else None
+        for i in indices:
+            if i >= _len(args):
+                continue
+            path = plain(args[i])
+            if path is None:
+                continue
+            if path is False:
+                return "sandbox-violation", event + " on an object that is not a plain path"
+            full = resolve(path, dir_fd)
+            if ".pyc" in full.rsplit("/", 1)[-1]:
+                if not by_importlib(chain_of()):
+                    own_pycs.discard(full)
+                    if event != "os.remove":
+                        return "introspection", event + " makes bytecode at " + full
+                elif event == "os.rename" and i == 1:
+                    own_pycs.add(full)  # _write_atomic's final rename: this cache is importlib's own
+            if under(full, scratch):
+                continue
+            if "/__pycache__" in full and by_importlib(chain_of()):
+                continue
+            return "sandbox-violation", event + " " + full
+        if event == "os.symlink" and _len(args) > 1:  # where the new link points
+            target, link = plain(args[0]), plain(args[1])
+            if target and link:
+                if not target.startswith("/"):
+                    target = absolute(link, dir_fd).rsplit("/", 1)[0] + "/" + target
+                full = resolve(target)
+                if full.startswith("/proc") or full.startswith("/dev") or full.startswith("/sys"):
+                    return "introspection", "makes a symlink to " + full
+        return None
+
+    def origin(function):
+        """The kind of code a new thread would run: 'opaque' when that cannot be told safely."""
+        target = function
+        if _type(target) is MethodType and target.__func__ is thread_bootstrap:
+            thread, run = target.__self__, None
+            for cls in mro_of(_type(thread)):
+                run = dict_of(cls).get("run")
+                if run is not None:
+                    break
+            if run is not thread_run:
+                target = run
+            elif _type(thread) is Thread:
+                target = thread.__dict__.get("_target")
+                if target is None:
+                    return "lib"
+            else:
+                return "opaque"
+        if _type(target) is MethodType:
+            target = target.__func__
+        if _type(target) is FunctionType:
+            return kind_of(target.__code__.co_filename)
+        return "opaque"
+
+    def judge_thread(args, chain):
+        s = nearest_solution(chain)
+        if s is not None:
+            return "background-thread", "starts a thread (" + where(chain[s]) + ")"
+        who = origin(args[0]) if args else "opaque"
+        if who == "solution":
+            return "background-thread", "starts a thread that runs solution code"
+        if who == "opaque":
+            return "background-thread", at(chain, "starts a thread that runs a callable of unknown origin")
+        if state["phase"] == "run" and not harness_asked(chain):
+            return "background-thread", at(chain, "starts a thread while the solution runs")
+        return None
+
+    def judge(event, args, tid):
+        # Cheap filters first: most audited events need no frame walk.
+        attr = None
+        if event == "object.__getattr__" or event == "object.__setattr__":
+            attr = args[1] if _len(args) > 1 else None
+            if _type(attr) is not _str:
+                return None
+            if event == "object.__getattr__" and attr not in frame_attrs and attr not in code_attrs:
+                return None
+            if event == "object.__setattr__" and attr not in rewrite_attrs:
+                return None
+        elif event == "os.kill":
+            pid = args[0] if args else None
+            if _type(pid) is _int and pid == getpid():
+                return None
+        was = hush(tid)
+        try:
+            first = getframe(2)  # 0: judge, 1: hook, 2: the code that raised the event
+        except _BaseException:
+            first = None
+        finally:
+            unhush(tid, was)
+        if tid != install_thread:
+            if first is None:
+                return "background-thread", event + " from a thread that runs no Python code (a native or C-level target)"
+            for entry in stack(first, everything):
+                if entry[0] == "solution":
+                    return "background-thread", event + " from a thread running solution code (" + where(entry) + ")"
+        if first is None:
+            return None
+        if attr is not None and event == "object.__getattr__" and attr not in frame_attrs:
+            # a code object read: only reads by the solution's own code count, so one frame is enough
+            chain = stack(first, 1)
+            return ("introspection", at(chain, "reads ." + attr)) if chain[0][0] == "solution" else None
+        memo = []
+
+        def chain_of():
+            if not memo:
+                memo.append(stack(first, reach))
+            return memo[0]
+
+        if event == "open":
+            return judge_open(args, chain_of)
+        if event in write_events:
+            return judge_write(event, args, chain_of)
+        if event in list_events or event == "os.chdir":
+            path = plain(args[0]) if args else None
+            if not path:
+                return None
+            full = resolve(path)
+            if event == "os.chdir" and (full.startswith("/proc") or full.startswith("/dev")):
+                return "introspection", "changes directory to " + full
+            return judge_proc(full)
+        chain = chain_of()
+        if event in frame_events:
+            return judge_frames(event, chain, frame_events[event])
+        if attr is not None:
+            if event == "object.__setattr__":
+                return judge_maker("setting ." + attr, chain)
+            return judge_frames("reading ." + attr, chain, (attr,))
+        if event in maker_events:
+            return judge_maker(event, chain)
+        if event == "compile" or event == "exec":
+            return judge_code(event, args, chain)
+        if event in process_events:
+            if state["phase"] == "run":
+                return "sandbox-violation", at(chain, event + " while the solution runs")
+            return None
+        if event in socket_events:
+            for entry in stack(first, everything):
+                if entry[0] == "solution":
+                    return "sandbox-violation", event + " (network) by the solution (" + where(entry) + ")"
+            if state["phase"] == "run":
+                return "sandbox-violation", at(chain, event + " (network) while the solution runs")
+            return None
+        if event == "os.kill":
+            return "sandbox-violation", at(chain, "signals another process")
+        if event == "os.killpg":
+            return "sandbox-violation", at(chain, "signals a process group")
+        if event in thread_events:
+            return judge_thread(args, chain)
+        return None
+
+    def hook(event, args):
+        if event not in interesting:
+            return
+        tid = get_ident()
+        if tid in quiet:
+            return
+        try:
+            verdict = judge(event, args, tid)
+        except _BaseException:
+            verdict = ("introspection", "the runtime guard could not check the event " + event)
+        if verdict is not None:
+            line = verdict[0] + "\t" + verdict[1].replace("\n", " ").replace("\t", " ")[:500] + "\n"
+            try:
+                os_write(report_fd, line.encode("utf-8", "replace"))
+            finally:
+                os_exit(exit_code)
+
+    def set_phase(name):
+        if name not in phases:
+            raise _ValueError("unknown guard phase " + _str(name))
+        state["phase"] = name
+
+    addaudithook(hook)
+    return set_phase
+
+
+# ----- torch's frame-evaluation hook ---------------------------------------------------------------------------
+# torch._C._dynamo.eval_frame.set_eval_frame installs a PEP 523 callback that receives every frame before it
+# runs, closure cells included: the audit hook's own state (and the child's) would be the solution's to
+# rewrite, and no audit event is raised. The others install callbacks of the same machinery or read a
+# frame's value stack.
+_FRAME_HOOK_SETTERS = ("set_eval_frame", "set_bytecode_debugger_callback", "set_guard_error_hook", "set_guard_complete_hook",
+                       "set_code_exec_strategy", "_get_frame_value_stack_with_depth", "raise_sigtrap")
+
+
+def seal_frame_hooks() -> list:
+    """Replace torch's frame-evaluation setters wherever a dict holds them (torch._C._dynamo.eval_frame,
+    torch._dynamo.eval_frame, torch._dynamo.decorators...) with a refusal, so that the solution cannot
+    reach the originals: an installed hook is handed every frame that runs next, the guard's included, with
+    no audit event. Setting no hook stays a no-op (torch's own helpers call set_eval_frame(None) to keep
+    dynamo out, and no hook is ever installed here). Call it in the solution's child before ModuleSnapshot()
+    and before install(); torch.compile cannot run afterwards. Returns the list of refused calls, which the
+    child's checkpoint reads (a solution that catches the refusal is still judged)."""
+    import gc
+
+    from .timing import LoopViolation
+
+    calls: list = []
+    torch_c = getattr(sys.modules.get("torch"), "_C", None)
+    eval_frame = getattr(getattr(torch_c, "_dynamo", None), "eval_frame", None)
+    if eval_frame is None:
+        return calls
+    getter = getattr(eval_frame, "get_eval_frame_callback", None)
+    if getter is not None and getter() not in (None, False):
+        raise RuntimeError("a frame-evaluation callback is already installed")
+    originals = {id(fn): (name, fn) for name in _FRAME_HOOK_SETTERS if (fn := getattr(eval_frame, name, None)) is not None}
+
+    def refusal(name: str):
+        def refuse(*args, **kwargs):
+            if not kwargs and all(a is None for a in args):
+                return None
+            calls.append(name)
+            raise LoopViolation("introspection", f"called {name}, torch's frame-evaluation hook, which is not for solutions")
+        refuse.__name__ = refuse.__qualname__ = name
+        return refuse
+
+    for holder in gc.get_referrers(*[fn for _, fn in originals.values()]):
+        if type(holder) is not dict:
+            continue  # module and class dicts, registries; frames and tuples here are this call's own
+        for key, value in list(holder.items()):
+            if id(value) in originals and value is originals[id(value)][1]:
+                holder[key] = refusal(originals[id(value)][0])
+    return calls
+
+
+# ----- module snapshot ---------------------------------------------------------------------------------------
+_SNAPSHOT_NAMES = frozenset({"builtins", "time", "os", "sys", "gc", "threading", "json", "hmac", "hashlib", "struct",
+                             # what the guard and the channel lean on as well
+                             "posix", "_thread", "posixpath", "pathlib", "io", "_io", "operator", "functools", "types",
+                             "traceback", "warnings", "importlib", "importlib._bootstrap", "importlib._bootstrap_external"})
+_SNAPSHOT_PREFIXES = ("torch", "harness")
+# Keys that change under honest code: the warnings machinery files its "already shown" records here.
+_LAZY_KEYS = frozenset({"__warningregistry__"})
+# Modules whose dicts torch fills lazily (keys added, never replaced): torch.ops gains a namespace object the
+# first time one is used (torch.ops.my_extension). With torch._dynamo imported before the snapshot, as the
+# child does, nothing else changed under honest load_inline builds, forwards, CUDA events and the profiler
+# (torch 2.14 CPU, torch 2.11 H200); importing torch._dynamo later replaces torch._functorch.config and
+# torch._weights_only_unpickler entries.
+_LAZY_ADDS = frozenset({"torch.ops"})
+# Mutable containers whose contents steer every later call: nn.Module's global hooks, import hooks, gc callbacks.
+_CONTAINERS = (
+    ("torch.nn.modules.module", ("_global_buffer_registration_hooks", "_global_module_registration_hooks",
+                                 "_global_parameter_registration_hooks", "_global_backward_pre_hooks", "_global_backward_hooks",
+                                 "_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_always_called",
+                                 "_global_forward_hooks_with_kwargs")),
+    ("sys", ("meta_path", "path_hooks")),
+    ("gc", ("callbacks",)),
+)
+
+
+def _torch_classes() -> list:
+    """The torch and standard classes whose methods the harness calls (and their bases)."""
+    import importlib._bootstrap_external as bootstrap_external
+    import pathlib
+    import threading
+
+    found = [pathlib.PurePath, pathlib.Path, pathlib.PosixPath, pathlib.PurePosixPath, threading.Thread,
+             bootstrap_external.SourceFileLoader, bootstrap_external.SourcelessFileLoader]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        for dotted in ("Tensor", "_C.TensorBase", "_C._TensorBase", "nn.Module", "cuda.Event", "cuda.Stream",
+                       "cuda.graphs.CUDAGraph", "autograd.grad_mode.no_grad", "autograd.grad_mode.inference_mode",
+                       "utils._python_dispatch.TorchDispatchMode", "overrides.TorchFunctionMode", "UntypedStorage",
+                       "TypedStorage", "Generator", "Size", "device", "dtype"):
+            value = torch
+            for part in dotted.split("."):
+                value = getattr(value, part, None)
+            if isinstance(value, type):
+                found.append(value)
+    classes, seen = [], set()
+    for cls in found:
+        for base in type.__dict__["__mro__"].__get__(cls):
+            if base is not object and id(base) not in seen:
+                seen.add(id(base))
+                classes.append(base)
+    return classes
+
+
+class ModuleSnapshot:
+    """Identity snapshot of module and class dicts, taken before the solution is imported.
+
+    Watched: the modules named in _SNAPSHOT_NAMES, every torch.* and harness.* module, the classes
+    defined in harness modules, the torch and standard classes of _torch_classes(), and the contents of
+    _CONTAINERS. changes() lists what differs: replaced, removed or added keys, modules replaced in
+    sys.modules. Modules imported later are ignored, but keys added to a watched dict count (that is the
+    `super` shadowing attack); a key added by importing a submodule (torch.x gains `y` when torch.x.y is
+    imported) does not. changes() compares identities only (it never calls __eq__ of what it finds) and
+    looks up nothing by name at call time: it is a closure over what __init__ bound.
+    """
+
+    def __init__(self):
+        import operator
+
+        entries = []
+        for name, module in list(sys.modules.items()):
+            if not (name in _SNAPSHOT_NAMES or name.split(".", 1)[0] in _SNAPSHOT_PREFIXES):
+                continue
+            mapping = getattr(module, "__dict__", None)
+            if type(mapping) is not dict:
+                continue
+            entries.append((name, name, module, mapping, tuple(mapping), tuple(mapping.values())))
+            if name.split(".", 1)[0] == "harness":
+                for value in list(mapping.values()):
+                    if isinstance(value, type) and type.__dict__["__dict__"].__get__(value).get("__module__") == name:
+                        entries.append(_class_entry(value))
+        entries.extend(_class_entry(cls) for cls in _torch_classes())
+        containers = []
+        for module_name, attributes in _CONTAINERS:
+            module = sys.modules.get(module_name)
+            for attribute in attributes:
+                container = getattr(module, attribute, None)
+                if isinstance(container, (list, dict)):
+                    containers.append((f"{module_name}.{attribute}", container, tuple(container)))
+        self.changes = _checker(entries, containers, sys.modules, operator.is_)
+
+
+def _class_entry(cls) -> tuple:
+    mapping = type.__dict__["__dict__"].__get__(cls)
+    label = f"{cls.__module__}.{cls.__qualname__}"
+    return (label, None, cls, mapping, tuple(mapping), tuple(mapping.values()))
+
+
+def _checker(entries, containers, sys_modules, is_):
+    _len, _all, _map, _zip, _type, _str, _dict, _list = len, all, map, zip, type, str, dict, list
+    module_type = types.ModuleType
+    lazy_keys, lazy_adds = _LAZY_KEYS, _LAZY_ADDS
+    missing = object()
+
+    def diff(label, name, mapping, keys, values):
+        found, old = [], _dict(_zip(keys, values))
+        for key, value in _zip(keys, values):
+            now = mapping.get(key, missing)
+            if now is value or key in lazy_keys:
+                continue
+            found.append(f"{label}.{key} was " + ("removed" if now is missing else "replaced"))
+        for key in _list(mapping):
+            if _type(key) is not _str:
+                found.append(f"a key that is not a string was added to {label}")
+                continue
+            if key in old or key in lazy_keys:
+                continue
+            value = mapping.get(key, missing)
+            if name is not None and _type(value) is module_type and sys_modules.get(name + "." + key) is value:
+                continue  # a submodule import binds the submodule in its parent
+            if name in lazy_adds:
+                continue
+            found.append(f"{label}.{key} was added")
+        return found
+
+    def changes():
+        found = []
+        for label, name, owner, mapping, keys, values in entries:
+            if name is not None and sys_modules.get(name, missing) is not owner:
+                found.append(f"module {name} was replaced in sys.modules")
+                continue
+            if _len(mapping) == _len(keys) and _all(_map(is_, mapping, keys)) and _all(_map(is_, mapping.values(), values)):
+                continue
+            found.extend(diff(label, name, mapping, keys, values))
+        for label, container, contents in containers:
+            if _len(container) != _len(contents) or not _all(_map(is_, container, contents)):
+                found.append(f"{label} was changed")
+        return found
+
+    return changes
+
+
+def active_modes() -> list:
+    """Torch function and dispatch modes on the stacks right now, and torch function or Python dispatch
+    left switched off: a solution must leave none of them behind after a call."""
+    import torch
+
+    C = torch._C
+    found = []
+    for i in range(C._len_torch_function_stack()):
+        found.append("function mode " + _class_name(C._get_function_stack_at(i)))
+    for i in range(C._len_torch_dispatch_stack()):
+        found.append("dispatch mode " + _class_name(C._get_dispatch_stack_at(i)))
+    keys = getattr(C, "_TorchDispatchModeKey", None)
+    for key in (getattr(keys, "__members__", {}) or {}).values():
+        mode = C._get_dispatch_mode(key)
+        if mode is not None:
+            found.append("dispatch mode " + _class_name(mode))
+    if not C._is_torch_function_enabled():
+        found.append("torch function switched off (DisableTorchFunction)")
+    if C._dispatch_tls_is_dispatch_key_excluded(C.DispatchKey.Python):
+        found.append("Python dispatch switched off (_DisableTorchDispatch)")
+    return found
+
+
+def _class_name(obj) -> str:
+    """module.qualname of obj's class, read without running any code of that class."""
+    cls = type(obj)
+    qualname = type.__dict__["__qualname__"].__get__(cls)
+    module = type.__dict__["__dict__"].__get__(cls).get("__module__", "?")
+    return f"{module if type(module) is str else '?'}.{qualname}"
