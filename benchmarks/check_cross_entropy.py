@@ -81,8 +81,8 @@ def compare(out, x, t, dtype):
     ref = F.cross_entropy(x.double(), t)
     if type(out) is not torch.Tensor:
         return f"returned {type(out)}", ""
-    if out.shape != ref.shape or out.dtype != dtype or not out.is_cuda:
-        return f"got shape {tuple(out.shape)} {out.dtype} {out.device}, want () {dtype} cuda", ""
+    if out.shape != ref.shape or out.dtype != torch.float32 or not out.is_cuda:  # float32 at bf16 too (problem.yaml)
+        return f"got shape {tuple(out.shape)} {out.dtype} {out.device}, want () float32 cuda", ""
     got, want = out.double().item(), ref.item()
     if math.isnan(want) or math.isnan(got):
         return ("" if math.isnan(want) and math.isnan(got) else f"NaN mismatch got {got} want {want}"), f"got {got}"

@@ -156,7 +156,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     cpus = timing.pin_near_device(device)
     problem = load_problem(spec["problem_dir"])
     problem.module  # noqa: B018 - import the reference before the solution
-    timer = timing.make_timer(device)
+    warm_up, timed_batch, burst_calls, queued_calls, issue_probe, after_call, seal, sync, guarded = timing.make_timer(device)
     is_solution = kind == "solution"
     hook_calls = guard.seal_frame_hooks() if is_solution else []
     snapshot_changes = guard.ModuleSnapshot().changes
@@ -185,7 +185,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         if not is_solution:
             return
         if hook_calls:
-            raise Rejected("introspection", f"after {phase}: called torch's frame-evaluation hook ({hook_calls[0]}), which is not for solutions")
+            raise Rejected("introspection", f"after {phase}: called torch's {hook_calls[0]}, which is sealed in a solution's process")
         changed = snapshot_changes()
         if changed:
             raise Rejected("tampering", f"after {phase}: {'; '.join(changed[:3])}")
@@ -205,7 +205,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             before = build.built_libraries(Path(spec["extension_dir"]))
             start = __import__("time").perf_counter()
             try:
-                module = timer.guarded(load_module)(path, f"solution_{path.stem}")
+                module = guarded(load_module)(path, f"solution_{path.stem}")
             except SyntaxError as error:
                 raise Rejected("import-error", f"syntax error at line {error.lineno}: {error.msg}") from None
             except BaseException as error:  # noqa: BLE001 - any failure to import is reported, not raised
@@ -240,17 +240,17 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             problem.apply_constants(shape, *extra)
             init = problem.module.get_init_inputs()
             if kind == "solution":
-                model = timer.guarded(state["module"].ModelNew)(*init)
+                model = guarded(state["module"].ModelNew)(*init)
             elif kind == "external":
                 fn = state["external"]
                 model = lambda *inputs: fn(*inputs)  # noqa: E731
             else:
                 model = problem.module.Model(*init)
             if isinstance(model, torch.nn.Module):  # to() and eval() are the solution's to override, so checked too
-                model = timer.guarded(lambda: model.to(device).eval())()
+                model = guarded(lambda: model.to(device).eval())()
             if kind == "compile":
                 model = torch.compile(model, dynamic=False)
-            state["models"][shape_name] = timer.guarded(model) if is_solution else model
+            state["models"][shape_name] = guarded(model) if is_solution else model
             verify("constructing the model")
         return state["models"][shape_name]
 
@@ -272,12 +272,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                 ops = recorder.ops | {e.name[len("aten::"):] for e in trace.events() if e.name.startswith("aten::")}
             else:
                 out = model(*inputs)
-            timer.after_call(out, slot)
-        timer.sync()
+            after_call(out, slot)
+        sync()
         sizes = [out.untyped_storage().nbytes()] if isinstance(out, torch.Tensor) else []
         del out, inputs
         verify("the checked call")
-        timer.seal()
+        seal()
         del slot
         poison_freed(sizes if device.type == "cuda" else [])
         return {"ops": sorted(ops)}
@@ -293,11 +293,11 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             model = lambda *inputs: empty(out_shape, dtype=out_dtype, device=device)  # noqa: E731
         with torch.no_grad():
             if msg.get("warmup_s"):
-                timer.warm_up(model, sets[0], msg["warmup_s"])
-            times = timer.timed_batch(model, sets, slots)
+                warm_up(model, sets[0], msg["warmup_s"])
+            times = timed_batch(model, sets, slots)
         del sets
         verify("timing")
-        timer.seal()
+        seal()
         del slots
         return {"times_ms": times}
 
@@ -305,7 +305,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         model = model_for(msg["shape"])
         sets = [opened(s) for s in msg["sets"]]
         with torch.no_grad():
-            result = timer.burst(model, sets, int(msg["calls"]))
+            result = burst_calls(model, sets, int(msg["calls"]))
         verify("the escape check")
         del sets
         return result
@@ -315,10 +315,10 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         sets = [opened(s) for s in msg["sets"]]
         slots = [open_shared(s) for s in msg["slots"]]
         with torch.no_grad():
-            device_ms = timer.queued(model, sets, slots, float(msg["host_ms_per_call"]))
+            device_ms = queued_calls(model, sets, slots, float(msg["host_ms_per_call"]))
         del sets
         verify("the device-time batch")
-        timer.seal()
+        seal()
         del slots
         return {"device_ms": device_ms}
 
@@ -332,7 +332,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         return result
 
     def probe(_msg):
-        return {"probe_us": timer.issue_probe()}
+        return {"probe_us": issue_probe()}
 
     handlers = {"load": ("loading", load), "call": ("running a correctness trial", call), "time": ("timing", time_batch),
                 "burst": ("the escape check", burst), "queued": ("timing queued calls", queued),

@@ -506,6 +506,9 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             if path is False:
                 return "sandbox-violation", event + " on an object that is not a plain path"
             full = resolve(path, dir_fd)
+            if full.startswith("/dev/shm") and event in ("os.chmod", "os.chown", "os.rename", "os.link", "os.symlink"):
+                # the parent's shared files live there: unlistable folders of randomly named files
+                return "sandbox-violation", event + " " + full + " (the parent's shared memory)"
             if ".pyc" in full.rsplit("/", 1)[-1]:
                 if not by_importlib(chain_of()):
                     own_pycs.discard(full)
@@ -616,6 +619,8 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             full = resolve(path)
             if event == "os.chdir" and (full.startswith("/proc") or full.startswith("/dev")):
                 return "introspection", "changes directory to " + full
+            if full.startswith("/dev/shm"):
+                return "sandbox-violation", "lists " + full + " (the parent's shared memory)"
             return judge_proc(full)
         chain = chain_of()
         if event in frame_events:
@@ -703,13 +708,17 @@ def seal_frame_hooks() -> list:
     if getter is not None and getter() not in (None, False):
         raise RuntimeError("a frame-evaluation callback is already installed")
     originals = {id(fn): (name, fn) for name in _FRAME_HOOK_SETTERS if (fn := getattr(eval_frame, name, None)) is not None}
+    # The profiler's switch for collecting ops mid-trace: the op trace of a correctness trial must see every op.
+    toggle = getattr(getattr(torch_c, "_autograd", None), "_toggle_collection_dynamic", None)
+    if toggle is not None:
+        originals[id(toggle)] = ("_toggle_collection_dynamic", toggle)
 
     def refusal(name: str):
         def refuse(*args, **kwargs):
             if not kwargs and all(a is None for a in args):
                 return None
             calls.append(name)
-            raise LoopViolation("introspection", f"called {name}, torch's frame-evaluation hook, which is not for solutions")
+            raise LoopViolation("introspection", f"called torch's {name}, which is sealed in a solution's process")
         refuse.__name__ = refuse.__qualname__ = name
         return refuse
 
@@ -760,7 +769,11 @@ def _torch_classes() -> list:
         for dotted in ("Tensor", "_C.TensorBase", "_C._TensorBase", "nn.Module", "cuda.Event", "cuda.Stream",
                        "cuda.graphs.CUDAGraph", "autograd.grad_mode.no_grad", "autograd.grad_mode.inference_mode",
                        "utils._python_dispatch.TorchDispatchMode", "overrides.TorchFunctionMode", "UntypedStorage",
-                       "TypedStorage", "Generator", "Size", "device", "dtype"):
+                       "TypedStorage", "Generator", "Size", "device", "dtype",
+                       # what the op trace and the kernel profile read their findings through
+                       "profiler.profile", "profiler.profiler._KinetoProfile", "autograd.profiler.profile",
+                       "autograd.profiler_util.EventList", "autograd.profiler_util.FunctionEvent",
+                       "autograd.profiler_util.FunctionEventAvg"):
             value = torch
             for part in dotted.split("."):
                 value = getattr(value, part, None)

@@ -46,6 +46,9 @@ from .timing import (TimingStats, burst_calls, copy_bandwidth, escape_bound, is_
 # The fastest honest kernels reach ~99% of the copy figure (a copy-like kernel) and ~101% of the read figure
 # (a read-mostly one); a time that implies more than this multiple of the ceiling that bounds it is not real.
 PHYSICS_MARGIN = 1.05
+# A solution's own kernels must take at least this share of its GPU time at every timing shape (the shipped
+# ones take over 90%): one trivial kernel beside the library's own op is not a custom kernel.
+OWN_SHARE = 0.5
 GUARD_RULES = {"introspection", "sandbox-violation", "background-thread", "tampering"}
 # What a child may report of a solution; anything else in a failure reply (a rule meant for the harness or
 # for another library, such as "unavailable") is itself a bad reply.
@@ -142,8 +145,8 @@ def _times(reply: dict, count: int, phase: str) -> list:
 
 
 class Worker:
-    """The parent's end of one child process: spawn, sandbox spec, authenticated requests, cleanup.
-    Each `run_single_*` method is one request whose handler runs in the child (harness/child.py)."""
+    """The parent's end of one child process: spawn, sandbox spec, authenticated requests, cleanup. Each
+    request names a command whose handler of the same name runs in the child (harness/child.py)."""
 
     def __init__(self, spec: dict, config: Config):
         self.spec = spec
@@ -217,6 +220,11 @@ class Worker:
             raise Failure(rule, reason[:600])
         if reply.get("status") != "ok":
             raise Failure("bad-reply", f"while {phase}: a reply with status {str(reply.get('status'))[:40]!r}")
+        if self.spec["kind"] == "solution":  # after every request, not only the import: nothing may outlive a call
+            strays = self.strays()
+            if strays:
+                raise Failure("background-process", f"{len(strays)} process(es) still running after {phase} (pid {strays[0]}): "
+                                                    "nothing the solution starts may outlive the call that started it")
         return reply
 
     def _death(self, phase: str) -> Failure:
@@ -432,11 +440,6 @@ class Run:
         if isinstance(loaded.get("versions"), dict) and loaded["versions"]:
             record["versions"] = {str(k): str(v) for k, v in loaded["versions"].items()}
             record["requirement_versions"] = {str(k): str(v) for k, v in (loaded.get("requirement_versions") or {}).items()}
-        if target.kind == "solution":
-            strays = worker.strays()
-            if strays:
-                raise Failure("background-process", f"{len(strays)} process(es) still running after the import (pid {strays[0]}): "
-                                                    "nothing the solution starts may outlive its build")
 
     # ---- inputs and slots, all the parent's ---------------------------------------------------
     def _draw(self, problem: Problem, shape, seed: int, probe_from=None) -> list:
@@ -595,9 +598,9 @@ class Run:
                         SharedPool.refill(buffer, self._draw(problem, shape, seed_of(batch, i)))
                 for slot in slots:
                     poison(slot)
-                self._sync()
-                t0 = time.perf_counter()
                 message = {"cmd": "time", "shape": shape.name, "sets": sets_described(), "slots": [describe_shared(s) for s in slots], **extra}
+                self._sync()
+                t0 = time.perf_counter()  # the parent's clock: the request, the child's whole batch, the reply
                 reply = worker.request(message, timeout, f"timing {label}")
                 return _times(reply, count, f"timing {label}"), time.perf_counter() - t0
 
@@ -715,6 +718,10 @@ class Run:
         result.pop("status", None)
         record["profile"] = record["profile"] or result
         record.setdefault("profiles", {})[shape.name] = {k: result[k] for k in ("kernel_count", "own_kernels", "own_share")}
+        if result["kernel_count"] and result["own_kernels"] and result["own_share"] < OWN_SHARE:
+            names = ", ".join(str(k.get("name", ""))[:40] for k in result["kernels"][:3] if isinstance(k, dict) and not k.get("own"))
+            raise Failure("not-custom-kernel", f"{shape.name}: its own kernels took {100 * result['own_share']:.0f}% of the GPU time, "
+                                               f"library kernels the rest ({names}): one trivial kernel does not make a custom one")
         if result["kernel_count"] and result["own_kernels"] == 0:
             names = ", ".join(str(k.get("name", ""))[:40] for k in result["kernels"][:3] if isinstance(k, dict))
             raise Failure("not-custom-kernel", f"{shape.name}: launched {result['kernel_count']} kernel(s), none of its own ({names})")

@@ -72,8 +72,9 @@ class LoopViolation(Exception):
         self.rule, self.reason = rule, reason
 
 
-def make_timer(device: torch.device):
-    """The child's loops, as closures over primitives captured now (before the solution is imported)."""
+def make_timer(device: torch.device) -> tuple:
+    """The child's loops, as closures over primitives captured now (before the solution is imported):
+    (warm_up, timed_batch, burst, queued, issue_probe, after_call, seal, sync, guarded)."""
     is_cuda = device.type == "cuda"
     perf = time.perf_counter
     gc_module = __import__("gc")
@@ -270,8 +271,9 @@ def make_timer(device: torch.device):
         sync()
         return median(per_call)
 
-    return dataclasses.make_dataclass("Timer", ["warm_up", "timed_batch", "burst", "queued", "issue_probe", "after_call", "seal", "sync",
-                                                "guarded"])(warm_up, timed_batch, burst, queued, issue_probe, after_call, seal, sync, guarded)
+    # A plain tuple of closures, unpacked by the caller into its own locals: a class (even a named tuple's)
+    # is listed by object.__subclasses__() and its attribute lookup can be spied on to reach the closures.
+    return warm_up, timed_batch, burst, queued, issue_probe, after_call, seal, sync, guarded
 
 
 # ---- figures the parent derives ----------------------------------------------------------------

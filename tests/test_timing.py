@@ -10,12 +10,17 @@ from harness import timing
 CPU = torch.device("cpu")
 
 
+def _timer():
+    names = "warm_up timed_batch burst queued issue_probe after_call seal sync guarded".split()
+    return __import__("types").SimpleNamespace(**dict(zip(names, timing.make_timer(CPU))))
+
+
 def _softmax(x):
     return torch.softmax(x, -1)
 
 
 def test_a_timed_batch_times_each_call_fills_its_slot_and_pauses_the_collector():
-    timer = timing.make_timer(CPU)
+    timer = _timer()
     seen = []
 
     def fn(x):
@@ -26,6 +31,8 @@ def test_a_timed_batch_times_each_call_fills_its_slot_and_pauses_the_collector()
     slots = [torch.full((3, 5), float("nan")) for _ in range(4)]
     assert gc.isenabled()
     times = timer.timed_batch(fn, sets, slots)
+    assert all(slot.isnan().all() for slot in slots)  # on the CPU the shared slots are written only by seal()
+    timer.seal()
     assert gc.isenabled() and not any(seen)
     assert len(times) == 4 and all(t > 0 for t in times)
     for (x,), slot in zip(sets, slots):
@@ -39,7 +46,7 @@ def test_a_timed_batch_times_each_call_fills_its_slot_and_pauses_the_collector()
     (lambda x: torch.zeros(()).expand(3, 5), "broadcast view"),
 ])
 def test_the_loop_refuses_an_output_that_does_not_fit_its_slot(output, words):
-    timer = timing.make_timer(CPU)
+    timer = _timer()
     with pytest.raises(timing.LoopViolation) as caught:
         timer.timed_batch(output, [[torch.randn(3, 5)]], [torch.empty(3, 5)])
     assert caught.value.rule == "bad-output" and words in caught.value.reason
@@ -52,7 +59,7 @@ def test_a_mode_left_active_by_forward_is_tampering():
         def __torch_function__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
-    timer = timing.make_timer(CPU)
+    timer = _timer()
     mode = PassThrough()
 
     def leaves_a_mode(x):
@@ -71,17 +78,18 @@ def test_the_loops_do_not_read_patched_module_globals(monkeypatch):
     """The loops hold C-level callables taken when they were built: patching torch or time later changes nothing."""
     import time
 
-    timer = timing.make_timer(CPU)
+    timer = _timer()
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
     monkeypatch.setattr(torch.Tensor, "copy_", lambda self, other: self)
     slot = torch.empty(3, 5)
     x = torch.randn(3, 5)
     times = timer.timed_batch(_softmax, [[x]], [slot])
+    timer.seal()
     assert times[0] > 0 and torch.equal(slot, _softmax(x))
 
 
 def test_burst_and_queued_on_the_cpu():
-    timer = timing.make_timer(CPU)
+    timer = _timer()
     result = timer.burst(_softmax, [[torch.randn(3, 5)]], 5)
     assert result["calls"] == 5 and result["wall_ms_per_call"] >= result["launch_ms_per_call"] > 0
     assert "events_ms_per_call" not in result
