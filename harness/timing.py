@@ -171,6 +171,18 @@ def make_timer(device: torch.device) -> tuple:
                 sync()
         sync()
 
+    def issue(fn, sets: list, slots: list) -> list:
+        """Queue one timed call per set: flush, begin event, call, end event, copy into its slot."""
+        events = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range_(len_(sets))]
+        for inputs, slot, (begin, end) in zip_(sets, slots, events):
+            flush()
+            record(begin, stream)
+            out = fn(*inputs)
+            record(end, stream)
+            after_call(out, slot)
+            del out
+        return events
+
     def timed_batch(fn, sets: list, slots: list) -> list:
         """One batch: per set, flush, begin, call, end, copy into its slot. Returns ms per call."""
         was_enabled = gc_isenabled()
@@ -187,16 +199,9 @@ def make_timer(device: torch.device) -> tuple:
                     after_call(out, slot)
                     del out
                 return times
-            events = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range_(len_(sets))]
             if device_sleep is not None:
                 device_sleep(BATCH_START_WAIT_CYCLES)
-            for inputs, slot, (begin, end) in zip_(sets, slots, events):
-                flush()
-                record(begin, stream)
-                out = fn(*inputs)
-                record(end, stream)
-                after_call(out, slot)
-                del out
+            events = issue(fn, sets, slots)
             ev_sync(events[-1][1])
             sync()
             return [elapsed(begin, end) for begin, end in events]
@@ -241,15 +246,8 @@ def make_timer(device: torch.device) -> tuple:
             record(slept[0], stream)
             device_sleep(int(wait_ms * SLEEP_CYCLES_PER_MS))
             record(slept[1], stream)
-            events = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range_(len_(sets))]
             t0 = perf()
-            for inputs, slot, (begin, end) in zip_(sets, slots, events):
-                flush()
-                record(begin, stream)
-                out = fn(*inputs)
-                record(end, stream)
-                after_call(out, slot)
-                del out
+            events = issue(fn, sets, slots)
             issued_ms = (perf() - t0) * 1e3
             sync()
             if issued_ms < elapsed(*slept):

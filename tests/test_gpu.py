@@ -37,9 +37,10 @@ def test_eager_baseline_is_timed_with_events(tmp_path, problem):
 
 
 def test_ceilings_are_plausible():
-    from harness.timing import copy_bandwidth
+    from harness.timing import copy_bandwidth, read_bandwidth
 
-    assert 0.5e12 < copy_bandwidth(torch.device("cuda"), nbytes=2**30) < 20e12
+    copy, read = copy_bandwidth(torch.device("cuda"), nbytes=2**30), read_bandwidth(torch.device("cuda"), nbytes=2**30)
+    assert 0.5e12 < copy < 20e12 and 0.9 * copy < read < 1.5 * copy
 
 
 def test_broken_solutions_beside_good_ones_each_get_their_reason(tmp_path):
@@ -72,9 +73,10 @@ def test_broken_solutions_beside_good_ones_each_get_their_reason(tmp_path):
 def test_device_time_sees_the_queued_work_alone_and_refuses_a_call_that_synchronises():
     import time
 
-    from harness.timing import device_time_per_call
+    from harness.timing import make_timer
 
     device = torch.device("cuda")
+    queued = make_timer(device)[3]
     x = torch.rand(1, device=device) + 1.0
 
     def many_launches(t):  # 64 tiny kernels: issuing them takes far longer than running them
@@ -88,16 +90,15 @@ def test_device_time_sees_the_queued_work_alone_and_refuses_a_call_that_synchron
         many_launches(x)
     host_ms = (time.perf_counter() - t0) * 1e3 / 8
     torch.cuda.synchronize()
-    seen = []
-    device_ms = device_time_per_call(many_launches, lambda k: [x], device, first_k=100, calls=8, host_ms_per_call=host_ms,
-                                     on_output=lambda k, out, inputs: seen.append(k))
+    slots = [torch.full_like(x, float("nan")) for _ in range(8)]
+    device_ms = queued(many_launches, [[x]] * 8, slots, host_ms)
     assert device_ms is not None and 0 < device_ms < host_ms
-    assert len(seen) == 8 and seen == list(range(seen[0], seen[0] + 8)) and (seen[0] - 100) % 8 == 0  # fresh sets per attempt
+    assert all(torch.equal(slot, x) for slot in slots)  # every call's output reached its slot
 
     def synchronises(t):
         return t * float((t + 1).item())  # the host waits for the device inside the call
 
-    assert device_time_per_call(synchronises, lambda k: [x], device, first_k=0, calls=4, host_ms_per_call=0.05, tries=2) is None
+    assert queued(synchronises, [[x]] * 4, [torch.empty_like(x) for _ in range(4)], 0.05, tries=2) is None
 
 
 def test_a_host_bound_baseline_records_its_device_time(tmp_path):
