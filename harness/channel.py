@@ -13,7 +13,6 @@ shared memory on the CPU) as plain data and the child maps them with `open_share
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import json
 import os
@@ -34,17 +33,9 @@ def new_key() -> bytes:
     return os.urandom(32)
 
 
-def _tag(key: bytes, counter: int, payload: bytes) -> bytes:
-    return hmac.new(key, counter.to_bytes(8, "big") + payload, hashlib.sha256).digest()
-
-
-def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+def _read_exact(fd: int, n: int) -> bytes:
     chunks, got = [], 0
     while got < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError
         chunk = os.read(fd, min(n - got, 1 << 20))
         if not chunk:
             raise ChannelError("the other end closed the channel")
@@ -53,39 +44,75 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-class Channel:
-    """One end: frames out on `write_fd`, frames in on `read_fd`, both tagged with `key`."""
+def open_channel(read_fd: int, write_fd: int, key: bytes) -> tuple:
+    """One end of the channel as two closures, (send, recv): frames out on `write_fd`, frames in on
+    `read_fd`, both tagged with `key`. Everything they use is bound now, at C level where it can be (the
+    JSON encoder and scanner of _json, HMAC from _hashlib, os.read/os.write): no class whose attribute
+    lookup or methods a solution could replace stands between a message and its tag, and the key lives
+    only in these closures' cells."""
+    import _hashlib
+    import _json
+    import types
 
-    def __init__(self, read_fd: int, write_fd: int, key: bytes):
-        self.read_fd, self.write_fd, self._key = read_fd, write_fd, key
-        self._sent = self._received = 0
+    digest, compare, write, read, wait = _hashlib.hmac_digest, hmac.compare_digest, os.write, os.read, select.select
+    pack, unpack, now = _HEADER.pack, _HEADER.unpack, time.monotonic
+    header, tag_size, limit = _HEADER.size, _TAG, MAX_FRAME
 
-    def send(self, message: dict) -> None:
-        payload = json.dumps(message, separators=(",", ":"), allow_nan=True).encode()
-        frame = _HEADER.pack(len(payload)) + _tag(self._key, self._sent, payload) + payload
-        self._sent += 1
+    def refuse(value):
+        raise TypeError(f"{type(value).__name__} cannot travel on the channel")
+
+    encode = _json.make_encoder(None, refuse, _json.encode_basestring_ascii, None, ":", ",", False, False, True)
+    constants = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+    scan = _json.make_scanner(types.SimpleNamespace(strict=True, object_hook=None, object_pairs_hook=None, parse_float=float,
+                                                    parse_int=int, parse_constant=constants.__getitem__, memo={}))
+    counts = [0, 0]  # frames sent, frames received
+
+    def tag(counter: int, payload: bytes) -> bytes:
+        return digest(key, counter.to_bytes(8, "big") + payload, "sha256")
+
+    def read_exact(n: int, deadline) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            if deadline is not None:
+                left = deadline - now()
+                if left <= 0 or not wait([read_fd], [], [], left)[0]:
+                    raise TimeoutError
+            chunk = read(read_fd, min(n - got, 1 << 20))
+            if not chunk:
+                raise ChannelError("the other end closed the channel")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def send(message: dict) -> None:
+        payload = "".join(encode(message, 0)).encode()
+        frame = pack(len(payload)) + tag(counts[0], payload) + payload
+        counts[0] += 1
         view = memoryview(frame)
         while view:
-            view = view[os.write(self.write_fd, view):]
+            view = view[write(write_fd, view):]
 
-    def recv(self, timeout: float | None = None) -> dict:
+    def recv(timeout: float | None = None) -> dict:
         """The next message; TimeoutError when none came in `timeout` seconds (None: wait)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        (length,) = _HEADER.unpack(_read_exact(self.read_fd, _HEADER.size, deadline))
-        if length > MAX_FRAME:
-            raise ChannelError(f"a frame of {length} bytes (the limit is {MAX_FRAME})")
-        tag = _read_exact(self.read_fd, _TAG, deadline)
-        payload = _read_exact(self.read_fd, length, deadline)
-        if not hmac.compare_digest(tag, _tag(self._key, self._received, payload)):
+        deadline = None if timeout is None else now() + timeout
+        (length,) = unpack(read_exact(header, deadline))
+        if length > limit:
+            raise ChannelError(f"a frame of {length} bytes (the limit is {limit})")
+        tagged = read_exact(tag_size, deadline)
+        payload = read_exact(length, deadline)
+        if not compare(tagged, tag(counts[1], payload)):
             raise ChannelError("a frame failed authentication (forged, replayed or out of order)")
-        self._received += 1
+        counts[1] += 1
         try:
-            message = json.loads(payload.decode())
-        except (UnicodeDecodeError, ValueError) as error:
+            text = payload.decode()
+            message, end = scan(text, 0)
+        except (UnicodeDecodeError, ValueError, StopIteration) as error:
             raise ChannelError(f"a frame is not JSON: {error}") from None
-        if not isinstance(message, dict):
-            raise ChannelError("a frame is not a JSON object")
+        if end != len(text) or not isinstance(message, dict):
+            raise ChannelError("a frame is not one JSON object")
         return message
+
+    return send, recv
 
 
 def send_plain(fd: int, message: dict) -> None:
@@ -95,8 +122,8 @@ def send_plain(fd: int, message: dict) -> None:
 
 
 def recv_plain(fd: int) -> dict:
-    (length,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, None))
-    return json.loads(_read_exact(fd, length, None).decode())
+    (length,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
+    return json.loads(_read_exact(fd, length).decode())
 
 
 # ---- shared tensors, described as data ---------------------------------------------------------

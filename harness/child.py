@@ -117,12 +117,10 @@ def main(argv) -> None:
 
 
 def _serve_thread(cmd_fd: int, reply_fd: int, handoff) -> None:
-    from .channel import Channel
+    from .channel import open_channel
 
     spec, guard_fd, sandbox_status = handoff.get()
-    channel = Channel(cmd_fd, reply_fd, bytes.fromhex(spec.pop("key")))
-    send, recv = channel.send, channel.recv
-    del channel
+    send, recv = open_channel(cmd_fd, reply_fd, bytes.fromhex(spec.pop("key")))
     try:
         serve(spec, send, recv, guard_fd, sandbox_status)
     except Exception as error:  # noqa: BLE001 - a failure to start is a verdict with a reason

@@ -334,6 +334,25 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                 return i
         return None
 
+    def hands_out_frames(entry):
+        filename, name = entry[1], entry[2]
+        return filename.endswith("/inspect.py") or (filename.endswith("/traceback.py") and name in ("walk_stack", "walk_tb"))
+
+    def consumes_frames(entry):
+        """Library code known to use the frames it asks inspect for itself (names and lines for its own
+        messages) rather than hand them back to its caller, as a generic helper such as tree_map would."""
+        filename = entry[1]
+        for part in frame_consumers:
+            if part in filename:
+                return True
+        return False
+
+    def first_solution(chain):
+        for entry in chain:
+            if entry[0] == "solution":
+                return entry
+        return None
+
     def harness_asked(chain):
         """The first caller above the standard library is the harness (its own error reports)."""
         for entry in chain:
@@ -358,6 +377,12 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
         an indirection (a C callback, functools.partial) when the nearest code does not even name the call;
         and while the solution runs, anything but the harness's own error reports."""
         s = nearest_solution(chain)
+        if chain and hands_out_frames(chain[0]) and not (_len(chain) > 1 and consumes_frames(chain[1])):
+            # inspect.stack() and its kin return frames to whoever called them, however deep the solution
+            # hides behind library helpers (tree_map of a partial of inspect.stack, say)
+            caller = first_solution(stack(chain[0][4], everything))
+            if caller is not None:
+                return "introspection", event + " through " + where(chain[0]) + ", handing frames to the solution (" + where(caller) + ")"
         if consumer_before(chain, s):
             return None
         if s is not None:
@@ -434,6 +459,11 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                 return "introspection", "runs code that passes for " + code.co_filename
         return None
 
+    private_proc = {"maps", "smaps", "smaps_rollup", "map_files", "pagemap", "numa_maps", "mem"}
+    # filelock (torch's build lock) looks for its own frames on release; setuptools for its caller's name.
+    frame_consumers = ("/filelock/", "/setuptools/command/install.py", "/torch/_jit_internal.py", "/torch/jit/_trace.py",
+                       "/torch/utils/_traceback.py", "/torch/_sources.py", "/torch/jit/frontend.py")
+
     def judge_proc(path):
         """Reads of another process's /proc entries, or of any process's memory."""
         if path in raw_memory:
@@ -449,6 +479,9 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                         return "introspection", "opens " + path + " (another process)"
                 if parts[-1] == "mem":
                     return "introspection", "opens " + path
+            if _len(parts) > 3 and parts[3] in private_proc:
+                # what the process maps and holds open: the names of the parent's shared buffers among them
+                return "introspection", "opens " + path
         return None
 
     def judge_open(args, chain_of):
@@ -708,10 +741,11 @@ def seal_frame_hooks() -> list:
     if getter is not None and getter() not in (None, False):
         raise RuntimeError("a frame-evaluation callback is already installed")
     originals = {id(fn): (name, fn) for name in _FRAME_HOOK_SETTERS if (fn := getattr(eval_frame, name, None)) is not None}
-    # The profiler's switch for collecting ops mid-trace: the op trace of a correctness trial must see every op.
-    toggle = getattr(getattr(torch_c, "_autograd", None), "_toggle_collection_dynamic", None)
-    if toggle is not None:
-        originals[id(toggle)] = ("_toggle_collection_dynamic", toggle)
+    # The profiler's switches for collecting ops: the op trace of a correctness trial must see every op.
+    for name in ("_toggle_collection_dynamic", "_enable_record_function"):
+        switch = getattr(getattr(torch_c, "_autograd", None), name, None)
+        if switch is not None:
+            originals[id(switch)] = (name, switch)
 
     def refusal(name: str):
         def refuse(*args, **kwargs):

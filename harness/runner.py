@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from . import build, sandbox
-from .channel import Channel, ChannelError, describe_shared, new_key, send_plain, shared_cpu_tensor
+from .channel import ChannelError, describe_shared, new_key, open_channel, send_plain, shared_cpu_tensor
 from .correctness import check_output, inputs_unchanged, native_reference, reference_output, self_check
 from .guard import GUARD_EXIT
 from .problem import REPO_ROOT, Problem, ProblemError
@@ -166,7 +166,8 @@ class Worker:
         send_plain(cmd_w, {**spec, "key": key.hex(), "sandbox": config.sandbox, "scratch": str(self.scratch),
                            "read_paths": [str(p) for p in self._read_paths()], "write_paths": self._write_paths(),
                            "trusted_dirs": self._trusted_dirs()})
-        self.channel = Channel(reply_r, cmd_w, key)
+        self.send, self.recv = open_channel(reply_r, cmd_w, key)
+        self.fds = (reply_r, cmd_w)
 
     def _read_paths(self) -> list:
         solution = Path(self.spec["path"]) if self.spec.get("path") else None
@@ -192,13 +193,13 @@ class Worker:
 
     def request(self, msg: dict, timeout: float, phase: str) -> dict:
         try:
-            self.channel.send(msg)
+            self.send(msg)
         except (BrokenPipeError, OSError):
             raise self._death(phase) from None
         deadline = time.monotonic() + timeout
         while True:
             try:
-                reply = self.channel.recv(timeout=0.5)
+                reply = self.recv(timeout=0.5)
                 break
             except TimeoutError:
                 if self.process.poll() is not None:
@@ -266,13 +267,13 @@ class Worker:
     def close(self):
         try:
             if self.process.poll() is None:
-                self.channel.send({"cmd": "quit"})
+                self.send({"cmd": "quit"})
                 self.process.wait(20)
         except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
             pass
         self.kill()
         sandbox.reap_strays(keep=Worker.live - {self.process.pid})
-        for fd in (self.channel.read_fd, self.channel.write_fd, self.guard_r):
+        for fd in (*self.fds, self.guard_r):
             try:
                 os.close(fd)
             except OSError:
@@ -839,13 +840,13 @@ def prebuild(items: list, device: torch.device, jobs: int = 4, timeout: float = 
             spec = {"kind": "solution", "path": str(Path(path).resolve()), "problem_dir": str(problem.directory.resolve()),
                     "device": str(device), "requires": [], "function": "", "extension_dir": str(build.extension_dir(Path(path), problem.name))}
             worker = spawn(spec, config)
-            worker.channel.send({"cmd": "load"})
+            worker.send({"cmd": "load"})
             running.append((path, worker, time.monotonic()))
         for item in list(running):
             path, worker, started = item
             finished = worker.process.poll() is not None or time.monotonic() - started > timeout
             try:
-                reply = worker.channel.recv(timeout=0.05)
+                reply = worker.recv(timeout=0.05)
                 results[str(path)] = (True, float(reply["load_s"])) if reply.get("status") == "ok" else (False, str(reply.get("reason"))[:300])
             except TimeoutError:
                 if not finished:
