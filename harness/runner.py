@@ -155,6 +155,7 @@ class Worker:
         reply_r, reply_w = os.pipe()
         self.guard_r, guard_w = os.pipe()
         key = new_key()
+        self.children_before = set(sandbox.children())
         env = {**os.environ, **sandbox.scratch_environment(self.scratch)}
         env["KINETO_LOG_LEVEL"] = "6"  # the op trace's profiler would print start/stop lines for every trial
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -252,8 +253,10 @@ class Worker:
             return ""
 
     def strays(self) -> list:
-        """Processes the child left behind: its descendants, and orphans re-parented to this process."""
-        return sandbox.descendants(self.process.pid) + [p for p in sandbox.children() if p != self.process.pid and p not in Worker.live]
+        """Processes the child left behind: its descendants, and orphans re-parented to this process since
+        it started (children this process had before are not the child's)."""
+        return sandbox.descendants(self.process.pid) + [p for p in sandbox.children()
+                                                        if p != self.process.pid and p not in Worker.live and p not in self.children_before]
 
     def kill(self):
         sandbox.kill_group(self.process.pid)

@@ -454,17 +454,27 @@ def kill_group(pgid: int) -> None:
         pass
 
 
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped (state Z) or already gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return bool(fields) and fields[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
 def children() -> list[int]:
-    """Pids whose parent is this process (workers, and orphans handed back to it as subreaper)."""
+    """Live pids whose parent is this process (workers, and orphans handed back to it as subreaper)."""
     me = os.getpid()
-    return sorted(pid for pid, parent in _process_table().items() if parent == me)
+    return sorted(pid for pid, parent in _process_table().items() if parent == me and _alive(pid))
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below `pid` in the process tree, at any depth."""
+    """Every live process below `pid` in the process tree, at any depth."""
     table, found, frontier = _process_table(), [], [pid]
     while frontier:
         below = [child for child, parent in table.items() if parent in frontier]
         found += below
         frontier = below
-    return found
+    return [p for p in found if _alive(p)]
