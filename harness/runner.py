@@ -345,7 +345,6 @@ class Run:
         self.env = environment(device)
         self.report = reporter or (lambda *a, **k: None)
         self.prebuilt = {}  # path -> (ok, build seconds or reason), filled by prebuild()
-        self._solution = False
         self.sampler = random.Random(os.urandom(16))  # which timed calls are verified: the parent's secret
         self.subreaper = sandbox.become_subreaper()
         if device.type == "cuda":
@@ -457,9 +456,10 @@ class Run:
         return cache[shape.name]
 
     def _verify(self, problem: Problem, shape, seed: int, slot: torch.Tensor, inputs: list, label: str, timed: str = "",
-                probe_from=None) -> dict:
+                probe_from=None, solution: bool = True) -> dict:
         """The parent's verdict on one call: its inputs as the child left them against a fresh draw, its
-        copied output against the float64 reference. `timed` names the kind of timed call ("" for a trial)."""
+        copied output against the float64 reference. `timed` names the kind of timed call ("" for a trial);
+        a wrong timed output is `timed-output-wrong` for a solution, the plain rule for a baseline."""
         drawn = self._draw(problem, shape, seed, probe_from)
         changed = inputs_unchanged(drawn, inputs)
         if changed:
@@ -468,12 +468,12 @@ class Run:
         verdict = check_output(slot, expected, slot.dtype, problem.tolerance_for(shape.dtype))
         del expected, drawn
         if not verdict.ok:
-            if timed and self._solution:
+            if timed and solution:
                 raise Failure("timed-output-wrong", f"{label}: the output of {timed} is wrong: {verdict.reason}")
             raise Failure(verdict.rule, f"{label}: {verdict.reason}")
         return verdict.summary()
 
-    def _scratch(self, worker: Worker) -> Path | None:
+    def _scratch(self) -> Path | None:
         """Where CPU buffers shared with the child live (shared memory the child may map)."""
         if self.device.type == "cuda":
             return None
@@ -490,7 +490,7 @@ class Run:
     # ---- correctness -------------------------------------------------------------------------
     def _check_correctness(self, problem: Problem, worker: Worker, record: dict, target: Target):
         trials, metas = self.config.trials, {}
-        directory = self._scratch(worker)
+        directory = self._scratch()
         shapes = correctness_shapes(problem, self.config.shapes, self.device)
         if not shapes:
             raise Failure("harness-error", "no correctness shape was selected: a verdict needs at least one")
@@ -575,10 +575,10 @@ class Run:
         config, is_cuda = self.config, self.device.type == "cuda"
         out_shape, out_dtype = self._output_meta(problem, shape, {})
         count = sets_per_batch(problem.bytes_moved(shape), config.memory_budget_bytes)
-        directory = self._scratch(worker)
+        directory = self._scratch()
         pool = SharedPool(self.device, directory)
         timeout = config.call_timeout_s + 10 * config.budget_s
-        self._solution = target.kind == "solution"
+        is_solution = target.kind == "solution"
 
         def seed_of(batch: int, i: int) -> int:
             """Never seen before in this run (fresh for every call, every process, every re-timing); calls rotate
@@ -624,9 +624,9 @@ class Run:
                 batch += 1
             # The whole last batch, and the secret sample of earlier calls: the parent's choice alone.
             for i, slot in enumerate(slots):
-                self._verify(problem, shape, seed_of(batch, i), slot, buffers[i], label, "a timed call")
+                self._verify(problem, shape, seed_of(batch, i), slot, buffers[i], label, "a timed call", solution=is_solution)
             for seed, slot, inputs in kept:
-                self._verify(problem, shape, seed, slot, inputs, label, "a timed call")
+                self._verify(problem, shape, seed, slot, inputs, label, "a timed call", solution=is_solution)
             del kept
             parent = {}
             batch_check = None
@@ -639,7 +639,7 @@ class Run:
                                                  lambda: batch_request(batch + 3, {})[0])
                 if is_host_bound(stats.median_ms, batch_check):
                     device_ms = self._device_time(problem, shape, worker, sets_described, slots, buffers, seed_of, batch + 10,
-                                                  batch_check["launch_ms_per_call"], label, timeout)
+                                                  batch_check["launch_ms_per_call"], label, timeout, is_solution)
                     stats_device = device_ms
                 else:
                     stats_device = None
@@ -693,7 +693,8 @@ class Run:
             best["retimed_median_ms"] = retimed
         return best
 
-    def _device_time(self, problem, shape, worker, sets_described, slots, buffers, seed_of, batch, launch_ms, label, timeout):
+    def _device_time(self, problem, shape, worker, sets_described, slots, buffers, seed_of, batch, launch_ms, label, timeout,
+                     is_solution: bool):
         """A host-bound call's time with the host far ahead (the device waits while the host queues the
         batch): the part of its figure that does not follow the host. Its outputs are verified too."""
         calls = min(16, len(slots))
@@ -709,7 +710,7 @@ class Run:
         if not isinstance(device_ms, (int, float)) or not math.isfinite(device_ms):
             raise Failure("bad-reply", f"{label}: the device time is not a number")
         for i in range(calls):
-            self._verify(problem, shape, seed_of(batch, i), slots[i], buffers[i], label, "a queued call")
+            self._verify(problem, shape, seed_of(batch, i), slots[i], buffers[i], label, "a queued call", solution=is_solution)
         return float(device_ms)
 
     def _profile(self, problem: Problem, worker: Worker, record: dict, shape):
