@@ -21,6 +21,7 @@ import struct
 import time
 
 MAX_FRAME = 16 * 2**20
+FRAME_SECONDS = 60.0  # a frame that has begun must be whole within this
 _HEADER = struct.Struct(">I")
 _TAG = 32
 
@@ -93,13 +94,20 @@ def open_channel(read_fd: int, write_fd: int, key: bytes) -> tuple:
             view = view[write(write_fd, view):]
 
     def recv(timeout: float | None = None) -> dict:
-        """The next message; TimeoutError when none came in `timeout` seconds (None: wait)."""
-        deadline = None if timeout is None else now() + timeout
-        (length,) = unpack(read_exact(header, deadline))
-        if length > limit:
-            raise ChannelError(f"a frame of {length} bytes (the limit is {limit})")
-        tagged = read_exact(tag_size, deadline)
-        payload = read_exact(length, deadline)
+        """The next message; TimeoutError when none began to arrive in `timeout` seconds (None: wait).
+        Once a frame has begun it is read whole (a frame cut short is an error, never a timeout that
+        would leave the stream in the middle of a frame)."""
+        if timeout is not None and not wait([read_fd], [], [], timeout)[0]:
+            raise TimeoutError
+        deadline = now() + FRAME_SECONDS
+        try:
+            (length,) = unpack(read_exact(header, deadline))
+            if length > limit:
+                raise ChannelError(f"a frame of {length} bytes (the limit is {limit})")
+            tagged = read_exact(tag_size, deadline)
+            payload = read_exact(length, deadline)
+        except TimeoutError:
+            raise ChannelError(f"a frame was cut short (not whole after {FRAME_SECONDS:.0f} s)") from None
         if not compare(tagged, tag(counts[1], payload)):
             raise ChannelError("a frame failed authentication (forged, replayed or out of order)")
         counts[1] += 1

@@ -1,0 +1,54 @@
+"""The parent-child channel carries data only: authenticated JSON frames, read whole or not at all."""
+import os
+import threading
+import time
+
+import pytest
+
+from harness.channel import ChannelError, new_key, open_channel
+
+
+def _pair():
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    key = new_key()
+    return open_channel(up_r, down_w, key), open_channel(down_r, up_w, key), (down_w, up_w)
+
+
+def test_messages_travel_as_plain_data():
+    (send, _), (_, recv), _ = _pair()
+    send({"times_ms": [0.015, float("inf")], "ops": ["mm"], "nested": {"ok": True, "none": None}})
+    message = recv(1.0)
+    assert message["ops"] == ["mm"] and message["times_ms"][1] == float("inf") and message["nested"] == {"ok": True, "none": None}
+    with pytest.raises(TypeError):
+        send({"tensor": object()})  # nothing but JSON values travel
+
+
+def test_a_forged_or_replayed_frame_is_refused():
+    (send, _), (_, recv), (down_w, _) = _pair()
+    os.write(down_w, (5).to_bytes(4, "big") + b"\0" * 32 + b'{"a":1}'[:5])
+    with pytest.raises(ChannelError, match="authentication"):
+        recv(1.0)
+    (send, _), (_, recv), (down_w, _) = _pair()
+    send({"n": 1})
+    recv(1.0)
+    send({"n": 2})  # the counter moved on: a copy of the first frame would no longer pass
+    assert recv(1.0) == {"n": 2}
+
+
+def test_a_frame_that_arrives_in_pieces_is_read_whole_past_the_timeout():
+    """A timeout applies to the start of a frame only: a slow writer never leaves the reader mid-frame."""
+    key = new_key()
+    raw_r, raw_w = os.pipe()
+    in_r, in_w = os.pipe()
+    spare_r, spare_w = os.pipe()
+    send, _ = open_channel(spare_r, raw_w, key)
+    _, recv = open_channel(in_r, spare_w, key)
+    send({"status": "ok", "pad": "x" * 1000})
+    frame = os.read(raw_r, 1 << 16)
+    writer = threading.Thread(target=lambda: (os.write(in_w, frame[:10]), time.sleep(0.3), os.write(in_w, frame[10:])))
+    writer.start()
+    assert recv(0.1)["status"] == "ok"  # begun within the timeout, finished well after it
+    writer.join()
+    with pytest.raises(TimeoutError):
+        recv(0.05)  # nothing began: a plain timeout
