@@ -5,12 +5,14 @@ solution code exists in the process:
   1. the first frame (the spec: paths, the channel's key, the sandbox's allow-lists) is read;
   2. the process confines itself (harness/sandbox.py: Landlock) so it can write only its scratch and
      build folders and cannot touch the parent;
-  3. torch and the harness are imported, the timing loops are built over C-level primitives
-     (timing.make_timer), the channel's send/recv are bound, the module-dict snapshot is taken and the
-     runtime guard (harness/guard.py, an audit hook that cannot be removed) is installed;
+  3. a second thread takes over (Python runs signal handlers in the main thread only, and no solution
+     code ever runs there), binds the channel's send/recv, imports torch and the harness, builds the
+     timing loops over C-level primitives (timing.make_timer), seals torch's frame-evaluation hooks,
+     takes the module-dict snapshot and installs the runtime guard (harness/guard.py, an audit hook
+     that cannot be removed);
   4. only then is the solution imported.
-Everything the child needs from then on is held in this module's `main` frame and its closures, never
-in a module global. The child never draws an input, never sees a seed and never computes an expected
+Everything the child needs from then on is held in the serving thread's frames and closures (`serve`),
+never in a module global. The child never draws an input, never sees a seed and never computes an expected
 output: inputs and output slots are the parent's tensors (CUDA IPC, or shared files on the CPU), and
 each reply is plain numbers and strings.
 """
