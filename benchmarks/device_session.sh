@@ -7,7 +7,8 @@
 #   tests         the GPU-marked tests, four at a time to save device time (`make test` runs them one at a time)
 #   crosscheck    harness timing vs triton.testing.do_bench
 #   check:NAME    benchmarks/check_NAME.py
-#   old-eval:NAME the harness as it was before the trust boundary moved (carry .old/), wall time only
+#   old-eval:NAME the harness as it was before the trust boundary moved, wall time only; make .old/ first:
+#                 mkdir .old && git archive dcc4c38 harness problems solutions | tar -x -C .old (then carry .old)
 #   trust         the trust-boundary suite on the GPU (tests/test_trust_boundary.py, tests/test_adversarial.py -m gpu)
 #   pack          results/ and the build cache (with its object files, ~10 MB) back to $OUT
 set -uo pipefail
