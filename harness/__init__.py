@@ -4,13 +4,16 @@ Modules, one job each:
   problem      load a problem folder (reference module + problem.yaml) and draw its inputs
   seeds        derive per-trial seeds from the run's secret seed
   correctness  compare an output with a float64 reference; the self-check of each problem's tolerances
-  timing       CUDA-event / wall-clock timing with L2 flushes, and the device's ceilings
-  integrity    tamper, thread and reference-op detectors used inside the solution's process
+  timing       the child's timing loops (over C-level primitives) and the parent's bounds and ceilings
+  channel      authenticated JSON frames between parent and child; shared tensors described as data
+  sandbox      Landlock confinement of the child; the parent as subreaper of strays
+  guard        the child's audit hook, module snapshot and sealed torch hooks (introspection is a verdict)
+  integrity    the aten-op recorder and the poisoning of freed memory, inside the solution's process
   build        where extensions are built and how build errors are summarised
-  worker       the child process that imports and runs one solution (or baseline)
-  runner       the parent: spawns workers, checks their outputs, applies the rules, writes records
+  child        the process that imports and runs one solution (or baseline) under the parent's orders
+  runner       the parent: draws inputs, spawns children, verifies outputs, applies the rules, writes records
   profiling    which kernels a solution launched
-  scan         static warnings about suspicious solution code
+  scan         static rejections and warnings about solution source
   records      results/runs.jsonl (atomic appends) and the environment stamp
   leaderboard  results/leaderboard.md and .json from runs.jsonl
   compare      two runs' medians entry by entry (is a timing repeatable?)

@@ -31,7 +31,7 @@ class Row:
     host_bound: bool
     same_code: bool = True
     probe_change_pct: float | None = None  # change of the host's issue time (timing.host_issue_probe)
-    device_change_pct: float | None = None  # change of a host-bound entry's device time (timing.device_time_per_call)
+    device_change_pct: float | None = None  # change of a host-bound entry's device time (the child's queued loop, timing.make_timer)
 
     @property
     def change_pct(self) -> float:

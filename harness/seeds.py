@@ -1,7 +1,7 @@
 """Per-trial seeds derived from the run's secret seed.
 
-The solution's process only ever receives derived seeds, one trial at a time, so it can neither
-replay the run nor know the inputs of a future trial.
+Only the parent ever holds a seed: it draws every input itself and shares the tensors, so the
+solution's process can neither replay the run nor know the inputs of a future call.
 """
 import hashlib
 import secrets
