@@ -20,7 +20,7 @@ gen_headers() {  # SRC_ROOT GEN_DIR
     local ce="$src/solutions/cross_entropy/tma_pieces.py"
     [ -f "$ce" ] || ce="$src/solutions/cross_entropy/fast_v3.py"  # a BASE revision before the rename
     python3 "$here/extract_src.py" "$ce" "$out/ce_v3.cuh"
-    python3 "$here/extract_src.py" "$src/solutions/softmax/fast_v4.py" "$out/softmax_v4.cuh" _v1_kernels_src _v4_kernels_src
+    python3 "$here/extract_src.py" "$src/solutions/softmax/register_rows.py" "$out/softmax_v4.cuh" _v1_kernels_src _v4_kernels_src
     python3 "$here/extract_src.py" "$src/solutions/infonce/fast_v3.py" "$out/infonce_v3.cuh"
     python3 "$here/extract_src.py" "$src/solutions/infonce/fast.py" "$out/infonce_fast_full.cuh" _cuda_src
     python3 - "$out/infonce_fast_full.cuh" "$out/infonce_fast_dev.cuh" <<'EOF_PY'
