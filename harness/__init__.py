@@ -3,6 +3,7 @@
 Modules, one job each:
   problem      load a problem folder (reference module + problem.yaml) and draw its inputs
   seeds        derive per-trial seeds from the run's secret seed
+  rules        every rule that can reject a target (the README's table), and the one Failure type
   correctness  compare an output with a float64 reference; the self-check of each problem's tolerances
   timing       the child's timing loops (over C-level primitives) and the parent's bounds and ceilings
   channel      authenticated JSON frames between parent and child; shared tensors described as data

@@ -23,6 +23,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from .rules import Failure
+
 
 def installed_versions(module: str) -> dict:
     """{distribution: version} for what provides an importable top-level module (quack -> quack-kernels)."""
@@ -58,21 +60,11 @@ def requirement_versions(distributions) -> dict:
     return versions
 
 
-class Rejected(Exception):
-    """A rule, with evidence, rejects the target; `rule` names it."""
-
-    def __init__(self, rule: str, reason: str):
-        super().__init__(reason)
-        self.rule, self.reason = rule, reason
-
-
 def classify(error: BaseException, phase: str) -> tuple:
     """(rule, one-line reason) for an exception raised by the target."""
     import torch
 
-    from .timing import LoopViolation
-
-    if type(error) in (Rejected, LoopViolation):  # exactly ours: a solution's exception names no rule
+    if type(error) is Failure:  # exactly ours: a solution's exception names no rule
         return error.rule, error.reason
     text = str(error).strip()
     first = text.splitlines()[0] if text else type(error).__name__
@@ -185,17 +177,17 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         if not is_solution:
             return
         if hook_calls:
-            raise Rejected("introspection", f"after {phase}: called torch's {hook_calls[0]}, which is sealed in a solution's process")
+            raise Failure("introspection", f"after {phase}: called torch's {hook_calls[0]}, which is sealed in a solution's process")
         changed = snapshot_changes()
         if changed:
-            raise Rejected("tampering", f"after {phase}: {'; '.join(changed[:3])}")
+            raise Failure("tampering", f"after {phase}: {'; '.join(changed[:3])}")
         modes = active_modes()
         if modes:
-            raise Rejected("tampering", f"after {phase}: torch mode(s) left active: {', '.join(modes[:3])}")
+            raise Failure("tampering", f"after {phase}: torch mode(s) left active: {', '.join(modes[:3])}")
         if handlers_now() != handlers_before or any(getitimer(which) != (0.0, 0.0) for which in (0, 1, 2)):
-            raise Rejected("tampering", f"after {phase}: a signal handler or interval timer was installed")
+            raise Failure("tampering", f"after {phase}: a signal handler or interval timer was installed")
         if thread_count() > threads_before:
-            raise Rejected("background-thread", f"after {phase}: {thread_count() - threads_before} thread(s) still running")
+            raise Failure("background-thread", f"after {phase}: {thread_count() - threads_before} thread(s) still running")
 
     def load(_msg):
         versions = {}
@@ -207,16 +199,16 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             try:
                 module = guarded(load_module)(path, f"solution_{path.stem}")
             except SyntaxError as error:
-                raise Rejected("import-error", f"syntax error at line {error.lineno}: {error.msg}") from None
+                raise Failure("import-error", f"syntax error at line {error.lineno}: {error.msg}") from None
             except BaseException as error:  # noqa: BLE001 - any failure to import is reported, not raised
                 if build.is_build_failure(error):
-                    raise Rejected("compile-error", build.summarise_build_error(str(error))) from None
+                    raise Failure("compile-error", build.summarise_build_error(str(error))) from None
                 rule, reason = classify(error, "importing the solution")
-                raise Rejected("import-error" if rule == "exception" else rule, reason) from None
+                raise Failure("import-error" if rule == "exception" else rule, reason) from None
             load_s = __import__("time").perf_counter() - start
             if not isinstance(getattr(module, "ModelNew", None), type):
                 names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module))
-                raise Rejected("missing-ModelNew", "defines no class ModelNew" + (f" (nn.Module classes found: {', '.join(names)})" if names else ""))
+                raise Failure("missing-ModelNew", "defines no class ModelNew" + (f" (nn.Module classes found: {', '.join(names)})" if names else ""))
             state["module"] = module
             after = build.built_libraries(Path(spec["extension_dir"]))
             verify("loading")
@@ -226,7 +218,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             functions = load_module(problem.directory / "externals.py", f"externals_{problem.name}")
             for package in spec["requires"]:
                 if __import__("importlib.util").util.find_spec(package) is None:
-                    raise Rejected("unavailable", f"{package} is not importable here")
+                    raise Failure("unavailable", f"{package} is not importable here")
                 versions.update(installed_versions(package))
             state["external"] = getattr(functions, spec["function"])
         return {"load_s": 0.0, "rebuilt": False, "cpus": cpus, "versions": versions, "sandbox": sandbox_status,

@@ -730,7 +730,7 @@ def seal_frame_hooks() -> list:
     child's checkpoint reads (a solution that catches the refusal is still judged)."""
     import gc
 
-    from .timing import LoopViolation
+    from .rules import Failure
 
     calls: list = []
     torch_c = getattr(sys.modules.get("torch"), "_C", None)
@@ -752,7 +752,7 @@ def seal_frame_hooks() -> list:
             if not kwargs and all(a is None for a in args):
                 return None
             calls.append(name)
-            raise LoopViolation("introspection", f"called torch's {name}, which is sealed in a solution's process")
+            raise Failure("introspection", f"called torch's {name}, which is sealed in a solution's process")
         refuse.__name__ = refuse.__qualname__ = name
         return refuse
 

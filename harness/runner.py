@@ -38,6 +38,7 @@ from .correctness import check_output, inputs_unchanged, native_reference, refer
 from .guard import GUARD_EXIT
 from .problem import REPO_ROOT, Problem, ProblemError
 from .records import append_record, environment
+from .rules import CHILD_MAY_REPORT, GUARD, WORKER_LOST, Failure
 from .scan import needs_cuda, scan_source, scan_violations
 from .seeds import derive_seed, new_master_seed
 from .timing import (TimingStats, burst_calls, copy_bandwidth, escape_bound, is_host_bound, matmul_rate, parent_clock_bound,
@@ -49,11 +50,6 @@ PHYSICS_MARGIN = 1.05
 # A solution's own kernels must take at least this share of its GPU time at every timing shape (the shipped
 # ones take over 90%): one trivial kernel beside the library's own op is not a custom kernel.
 OWN_SHARE = 0.5
-GUARD_RULES = {"introspection", "sandbox-violation", "background-thread", "tampering"}
-# What a child may report of a solution; anything else in a failure reply (a rule meant for the harness or
-# for another library, such as "unavailable") is itself a bad reply.
-SOLUTION_RULES = GUARD_RULES | {"compile-error", "import-error", "missing-ModelNew", "exception", "cuda-error", "out-of-memory",
-                                "bad-output", "escaped-timing"}
 
 
 @dataclasses.dataclass
@@ -106,18 +102,10 @@ def correctness_shapes(problem: Problem, names: tuple, device: torch.device) -> 
     return [s for s in problem.shapes if s.name in names and ("correctness" in s.uses or device.type == "cuda")]
 
 
-class Failure(Exception):
-    def __init__(self, rule: str, reason: str):
-        super().__init__(reason)
-        self.rule, self.reason = rule, reason
-
-
 class ShapeFailure(Failure):
     """A baseline or another library failed on one shape only (Liger refuses rows over 64K)."""
 
 
-# A worker that crashed, hung or broke its CUDA context can run nothing more.
-WORKER_LOST = ("crash", "timeout", "cuda-error", "bad-reply")
 
 
 def _signal_name(code: int) -> str:
@@ -204,6 +192,10 @@ class Worker:
                 break
             except TimeoutError:
                 if self.process.poll() is not None:
+                    # It may have replied between the wait and its exit (a child ends after its first failure).
+                    reply = self._last_words()
+                    if reply is not None:
+                        break
                     raise self._death(phase) from None
                 if time.monotonic() > deadline:
                     self.kill()
@@ -217,7 +209,7 @@ class Worker:
             rule, reason = reply.get("rule"), reply.get("reason")
             if not isinstance(rule, str) or not isinstance(reason, str):
                 raise Failure("bad-reply", f"while {phase}: a failure reply without a rule and reason")
-            if self.spec["kind"] == "solution" and rule not in SOLUTION_RULES:
+            if self.spec["kind"] == "solution" and rule not in CHILD_MAY_REPORT:
                 raise Failure("bad-reply", f"while {phase}: the child reported rule {rule[:40]!r}, which no solution can earn")
             raise Failure(rule, reason[:600])
         if reply.get("status") != "ok":
@@ -229,6 +221,13 @@ class Worker:
                                                     "nothing the solution starts may outlive the call that started it")
         return reply
 
+    def _last_words(self) -> dict | None:
+        """A reply already in the pipe from a child that has since exited, or None."""
+        try:
+            return self.recv(timeout=0)
+        except (TimeoutError, ChannelError):
+            return None
+
     def _death(self, phase: str) -> Failure:
         try:
             code = self.process.wait(5)
@@ -238,7 +237,7 @@ class Worker:
         if code == GUARD_EXIT:
             text = self._guard_report()
             rule, _, reason = text.partition("\t")
-            if rule in GUARD_RULES and reason:
+            if rule in GUARD and reason:
                 return Failure(rule, f"{reason.strip()[:500]} (while {phase})")
             return Failure("introspection", f"killed by the runtime guard while {phase}")
         if code is not None and code < 0:
@@ -456,10 +455,10 @@ class Run:
         return cache[shape.name]
 
     def _verify(self, problem: Problem, shape, seed: int, slot: torch.Tensor, inputs: list, label: str, timed: str = "",
-                probe_from=None, solution: bool = True) -> dict:
+                probe_from=None) -> dict:
         """The parent's verdict on one call: its inputs as the child left them against a fresh draw, its
         copied output against the float64 reference. `timed` names the kind of timed call ("" for a trial);
-        a wrong timed output is `timed-output-wrong` for a solution, the plain rule for a baseline."""
+        a wrong timed output is `timed-output-wrong`, for a solution and a baseline alike."""
         drawn = self._draw(problem, shape, seed, probe_from)
         changed = inputs_unchanged(drawn, inputs)
         if changed:
@@ -468,7 +467,7 @@ class Run:
         verdict = check_output(slot, expected, slot.dtype, problem.tolerance_for(shape.dtype))
         del expected, drawn
         if not verdict.ok:
-            if timed and solution:
+            if timed:
                 raise Failure("timed-output-wrong", f"{label}: the output of {timed} is wrong: {verdict.reason}")
             raise Failure(verdict.rule, f"{label}: {verdict.reason}")
         return verdict.summary()
@@ -578,7 +577,6 @@ class Run:
         directory = self._scratch()
         pool = SharedPool(self.device, directory)
         timeout = config.call_timeout_s + 10 * config.budget_s
-        is_solution = target.kind == "solution"
 
         def seed_of(batch: int, i: int) -> int:
             """Never seen before in this run (fresh for every call, every process, every re-timing); calls rotate
@@ -624,9 +622,9 @@ class Run:
                 batch += 1
             # The whole last batch, and the secret sample of earlier calls: the parent's choice alone.
             for i, slot in enumerate(slots):
-                self._verify(problem, shape, seed_of(batch, i), slot, buffers[i], label, "a timed call", solution=is_solution)
+                self._verify(problem, shape, seed_of(batch, i), slot, buffers[i], label, "a timed call")
             for seed, slot, inputs in kept:
-                self._verify(problem, shape, seed, slot, inputs, label, "a timed call", solution=is_solution)
+                self._verify(problem, shape, seed, slot, inputs, label, "a timed call")
             del kept
             parent = {}
             batch_check = None
@@ -639,7 +637,7 @@ class Run:
                                                  lambda: batch_request(batch + 3, {})[0])
                 if is_host_bound(stats.median_ms, batch_check):
                     device_ms = self._device_time(problem, shape, worker, sets_described, slots, buffers, seed_of, batch + 10,
-                                                  batch_check["launch_ms_per_call"], label, timeout, is_solution)
+                                                  batch_check["launch_ms_per_call"], label, timeout)
                     stats_device = device_ms
                 else:
                     stats_device = None
@@ -693,8 +691,7 @@ class Run:
             best["retimed_median_ms"] = retimed
         return best
 
-    def _device_time(self, problem, shape, worker, sets_described, slots, buffers, seed_of, batch, launch_ms, label, timeout,
-                     is_solution: bool):
+    def _device_time(self, problem, shape, worker, sets_described, slots, buffers, seed_of, batch, launch_ms, label, timeout):
         """A host-bound call's time with the host far ahead (the device waits while the host queues the
         batch): the part of its figure that does not follow the host. Its outputs are verified too."""
         calls = min(16, len(slots))
@@ -710,7 +707,7 @@ class Run:
         if not isinstance(device_ms, (int, float)) or not math.isfinite(device_ms):
             raise Failure("bad-reply", f"{label}: the device time is not a number")
         for i in range(calls):
-            self._verify(problem, shape, seed_of(batch, i), slots[i], buffers[i], label, "a queued call", solution=is_solution)
+            self._verify(problem, shape, seed_of(batch, i), slots[i], buffers[i], label, "a queued call")
         return float(device_ms)
 
     def _profile(self, problem: Problem, worker: Worker, record: dict, shape):

@@ -26,6 +26,8 @@ import time
 
 import torch
 
+from .rules import Failure
+
 # Cycles the device spins at the start of each timed batch (~0.1 ms at H200 clocks).
 BATCH_START_WAIT_CYCLES = 200_000
 # SM clock cycles per millisecond for the device-side wait (H200 boost ~1.98 GHz).
@@ -62,14 +64,6 @@ class TimingStats:
         std = statistics.stdev(samples) if len(samples) > 1 else 0.0
         se_pct = 100.0 * std / math.sqrt(len(samples)) / mean if mean > 0 else 0.0
         return cls(statistics.median(samples), mean, std, min(samples), max(samples), len(samples), se_pct, timer, budget_hit)
-
-
-class LoopViolation(Exception):
-    """The call broke a rule the loop itself sees (a mode left active, the stream changed, a bad output)."""
-
-    def __init__(self, rule: str, reason: str):
-        super().__init__(reason)
-        self.rule, self.reason = rule, reason
 
 
 def make_timer(device: torch.device) -> tuple:
@@ -112,7 +106,7 @@ def make_timer(device: torch.device) -> tuple:
                 if any(get() is not None for get, _ in frame_hooks):
                     for _, put in frame_hooks:
                         put(None)
-                    raise LoopViolation("introspection", "a frame-evaluation hook (PEP 523) was left installed")
+                    raise Failure("introspection", "a frame-evaluation hook (PEP 523) was left installed")
         return call
 
     def flush():
@@ -126,19 +120,19 @@ def make_timer(device: torch.device) -> tuple:
     def after_call(out, slot):
         """The rules the loop checks itself, then the copy of the output into the parent's slot."""
         if tf_depth() or td_depth():
-            raise LoopViolation("tampering", "a torch function or dispatch mode was left active by forward")
+            raise Failure("tampering", "a torch function or dispatch mode was left active by forward")
         if is_cuda and current_stream(index)[0] != stream_id:
-            raise LoopViolation("escaped-timing", "forward left another CUDA stream current")
+            raise Failure("escaped-timing", "forward left another CUDA stream current")
         if slot is None:
             return
         if type_(out) is not tensor_type:
-            raise LoopViolation("bad-output", f"returned {type_(out).__module__}.{type_(out).__qualname__}, not a plain torch.Tensor")
+            raise Failure("bad-output", f"returned {type_(out).__module__}.{type_(out).__qualname__}, not a plain torch.Tensor")
         if out.shape != slot.shape or out.dtype != slot.dtype or out.device.type != slot.device.type:
-            raise LoopViolation("bad-output", f"returned shape {tuple(out.shape)} {str_(out.dtype).removeprefix('torch.')} on "
+            raise Failure("bad-output", f"returned shape {tuple(out.shape)} {str_(out.dtype).removeprefix('torch.')} on "
                                               f"{out.device.type}, expected {tuple(slot.shape)} {str_(slot.dtype).removeprefix('torch.')} "
                                               f"on {slot.device.type}")
         if out.numel() and 0 in out.stride():
-            raise LoopViolation("bad-output", "output is a broadcast view (a stride is 0), not a materialised result")
+            raise Failure("bad-output", "output is a broadcast view (a stride is 0), not a materialised result")
         with no_tf(), no_td():
             if is_cuda:  # in stream order, right after the call: work that ends later is not in the slot
                 copy(slot, out)

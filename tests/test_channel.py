@@ -52,3 +52,36 @@ def test_a_frame_that_arrives_in_pieces_is_read_whole_past_the_timeout():
     writer.join()
     with pytest.raises(TimeoutError):
         recv(0.05)  # nothing began: a plain timeout
+
+
+def test_a_reply_written_just_before_the_child_exits_is_read_not_taken_for_a_crash():
+    """The parent waits in short slices and checks whether the child lives between them; a child that
+    replies and exits inside one slice must still be heard (a solution's child exits after its first failure)."""
+    import subprocess
+
+    from harness.rules import Failure
+    from harness.runner import Worker
+
+    key = new_key()
+    to_parent_r, to_parent_w = os.pipe()
+    to_child_r, to_child_w = os.pipe()
+    parent_send, parent_recv = open_channel(to_parent_r, to_child_w, key)
+    child_send, _ = open_channel(to_child_r, to_parent_w, key)
+    worker = Worker.__new__(Worker)
+    worker.spec, worker.send = {"kind": "solution"}, parent_send
+    worker.process = subprocess.Popen(["true"])
+    worker.process.wait()
+    worker.strays = lambda: []
+    calls = []
+
+    def recv(timeout=None):
+        calls.append(timeout)
+        if len(calls) == 1:  # the slice ends just before the reply lands
+            child_send({"status": "fail", "rule": "exception", "reason": "forward raised"})
+            raise TimeoutError
+        return parent_recv(timeout)
+
+    worker.recv = recv
+    with pytest.raises(Failure) as caught:
+        worker.request({"cmd": "load"}, 5, "loading")
+    assert caught.value.rule == "exception", caught.value.reason

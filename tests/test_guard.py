@@ -418,7 +418,7 @@ def test_frame_evaluation_hook_is_out_of_reach(tmp_path):
                 continue
             try:
                 setter(lambda *a: None)
-            except Exception as error:  # the harness's own LoopViolation, rule "introspection"
+            except Exception as error:  # the harness's own Failure, rule "introspection"
                 refused.append(name)
         print("REFUSED", refused)
         class ModelNew(torch.nn.Module):
