@@ -1,18 +1,20 @@
 // Standalone cross-entropy bench (no torch): built here with nvcc (build.sh), carried to the H200 as a binary.
-// fast_v3's kernel is compiled from its solution file (extract_src.py), not copied.
+// The shipped kernel is compiled from its solution file, solutions/cross_entropy/tma_pieces.py (extract_src.py
+// writes its device string to ce_v3.cuh), not copied. The persistent per-warp ring it replaced lives in
+// ce_ring.cuh (bench only), built on the same helpers.
 //
 //   ce_stream M C fp32|bf16 [reps] [all|rings|check]
-//   (rings: the short list; check: fast_v3, both schedules and the ring's two paths, against a float64 loss on
-//   the host, on odd shapes, tiny-loss rows, repeat calls bit-identical, the pieces' slots empty again after
-//   each call; M C dtype reps are ignored)
+//   (rings: the short list; check: the pieces (the shipped plan and other part sizes / warp counts) and the
+//   ring's two paths against a float64 loss on the host, on odd shapes, tiny-loss rows, repeat calls
+//   bit-identical, the pieces' slots empty again after each call; M C dtype reps are ignored)
 //
 // Times, on the same logits: the read ceiling (a plain grid-stride read of the bytes, and the same read by
 // short-lived blocks in launch order), probes of the access pattern (grid-stride vs one contiguous range per
-// block, with and without a block barrier per iteration), fast_v3's pieces schedule (several part sizes and
-// warp counts; two poll sleeps; a probe whose end CTAs do nothing), plain reads through
-// TMA rings, and fast_v3's ring with several shapes (warps per CTA x stages x chunk bytes). CUDA events
-// around each call, a 256 MB memset before every call (L2 flush), median of `reps`. The fast_v3 rows print
-// their loss (the same inputs every time) so a broken config shows.
+// block, with and without a block barrier per iteration), the pieces schedule (the shipped 8 warps x 8 KB and
+// other part sizes and warp counts), plain reads through TMA rings, and the ring schedule with several shapes
+// (warps per CTA x stages x chunk bytes). CUDA events around each call, a 256 MB memset before every call (L2
+// flush), median of `reps`. The cross-entropy rows print their loss (the same inputs every time) so a broken
+// config shows.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cstdio>
@@ -25,7 +27,8 @@
 #include <string>
 
 #include "common.cuh"
-#include "ce_v3.cuh"
+#include "ce_v3.cuh"    // the solution's device code and launch helpers (build.sh extracts it)
+#include "ce_ring.cuh"  // the ring schedule (bench only)
 
 // Roughly normal logits (a sum of 4 uniforms, spread about +-8).
 template <class T>
@@ -69,9 +72,9 @@ __global__ void __launch_bounds__(512) read_kernel(const float4* __restrict__ x,
     if (acc == 12345.678f) out[0] = acc;  // keeps the loads; never true on this data
 }
 
-// A plain read of the bytes through per-warp TMA rings (fast_v3's copy machinery, no cross-entropy): chunk
+// A plain read of the bytes through per-warp TMA rings (the ring's copy machinery, no cross-entropy): chunk
 // k of warp w is flat chunk w + k * warps (GS: the grid reads one narrow front, as the read ceiling does) or
-// chunk w * per + k (blocked: each warp one contiguous range, as fast_v3's rows are). Separates what the
+// chunk w * per + k (blocked: each warp one contiguous range, as the ring's rows are). Separates what the
 // copy engine costs from what the access pattern costs.
 template <bool GS>
 __global__ void __launch_bounds__(512, 1) tma_read_kernel(const char* __restrict__ x, int64_t nchunks, uint32_t chunk,
@@ -117,7 +120,7 @@ __global__ void __launch_bounds__(512, 1) tma_read_kernel(const char* __restrict
     if (acc == 12345.678f) out[0] = acc;
 }
 
-// fast_v3's launch with a given ring and flags, through the extension's own staging choice and grid plan
+// The ring schedule's launch with a given ring and flags, through ce_ring.cuh's staging choice and grid plan
 // (ce_v3::stage_chunks, pick_kernel, plan_grid). Planned once, outside the timed interval, so that the host's
 // attribute and occupancy queries do not delay the timed launch.
 struct RingLaunch {
@@ -134,25 +137,25 @@ struct RingLaunch {
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 2048));
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, W * 32, smem));
-        if (occ < 1) { fprintf(stderr, "v3 W%d S%d CB%d does not fit on an SM\n", W, S, CB); exit(1); }
+        if (occ < 1) { fprintf(stderr, "ring W%d S%d CB%d does not fit on an SM\n", W, S, CB); exit(1); }
         const ce_v3::Grid grid = ce_v3::plan_grid(M, W, occ, g_sms, 0);
         rpw = grid.rpw;
         ctas = grid.ctas;
     }
-    // use_hint 0 (the solution's FLAGS = 1), proxy fence on
+    // use_hint 0 (no L2 evict_first policy: it lost 2-4%), proxy fence on
     void operator()(const void* x, const int64_t* t, int64_t M, int C, float* partials, unsigned* counter,
                     void* out) const {
         kern<<<ctas, W * 32, smem>>>((const char*)x, t, M, C, rpw, S, CB, 0, 1, partials, counter, out);
     }
     std::string name() const {
-        return std::string("v3 ") + (stage ? "staged" : "in-smem") + " W" + std::to_string(W) + " S" + std::to_string(S) +
+        return std::string("ring ") + (stage ? "staged" : "in-smem") + " W" + std::to_string(W) + " S" + std::to_string(S) +
                " CB" + std::to_string(CB) + " occ" + std::to_string(occ);
     }
 };
 
-// fast_v3's pieces schedule (CTAs in row order, the end as the grid's last CTAs) through the extension's
-// plan_pieces, end_ctas and launch_pieces. `slots` must hold words(M) words, every one 0xffffffff before a call
-// (a call leaves them so, except the probe, knobs bit 0, which leaves them full).
+// The pieces schedule (CTAs in row order, the end as the grid's last CTAs) through the extension's plan_pieces,
+// end_ctas and launch_pieces. `slots` must hold words(M) words, every one 0xffffffff before a call (a call leaves
+// them so). The extension's plan is target_part = ce_v3::kPartBytes, warps = ce_v3::kPieceWarps.
 struct PiecesLaunch {
     ce_v3::PiecesPlan pl;
     bool bf16;
@@ -170,9 +173,8 @@ struct PiecesLaunch {
     }
     bool ok() const { return pl.p > 0 && occ > 0; }
     int64_t words(int64_t M) const { return ce_v3::slot_words(pl, M, nend); }
-    void operator()(const void* x, const int64_t* t, int64_t M, int C, float* slots, void* out, int knobs = 0) const {
-        CK(ce_v3::launch_pieces(pl, bf16, 0, (const char*)x, t, M, C, reinterpret_cast<uint32_t*>(slots), nend, out,
-                                knobs));
+    void operator()(const void* x, const int64_t* t, int64_t M, int C, float* slots, void* out) const {
+        CK(ce_v3::launch_pieces(pl, bf16, 0, (const char*)x, t, M, C, reinterpret_cast<uint32_t*>(slots), nend, out));
     }
     std::string name() const {
         return "pieces P" + std::to_string(pl.p) + " W" + std::to_string(pl.warps) + " part" +
@@ -218,7 +220,7 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
         double ms = time_median([&] { read_kernel<4, false, false><<<g_sms * per_sm, 512>>>((const float4*)x, n * E / 16, out); }, reps);
         report("read ceiling: U=4 " + std::to_string(per_sm) + "/SM x512", ms);
     }
-    {   // The same read on 128 of the SMs (fast_v3's grid at 8192 rows is 128 CTAs).
+    {   // The same read on 128 of the SMs (the ring's grid at 8192 rows is 128 CTAs).
         double ms = time_median([&] { read_kernel<4, false, false><<<128 * 4, 512>>>((const float4*)x, n * E / 16, out); }, reps);
         report("read ceiling: U=4 4/SM x512 on 128 SMs", ms);
     }
@@ -233,17 +235,11 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
             const PiecesLaunch pc(M, C, bf16, c.target, c.W);
             if (!pc.ok()) { printf("%-44s does not apply\n", pc.name().c_str()); continue; }
             if (pc.words(M) * 4 > (int64_t(64) << 20)) { printf("%s: workspace too small\n", pc.name().c_str()); continue; }
-            auto row = [&](const std::string& what, int knobs) {
-                report(pc.name() + what, time_median([&] { pc(x, t, M, (int)C, slots, out, knobs); }, reps));
-                if (knobs & 1) CK(cudaMemset(slots, 0xff, int64_t(64) << 20));  // the probe leaves slots full
+            auto row = [&](const std::string& what) {
+                report(pc.name() + what, time_median([&] { pc(x, t, M, (int)C, slots, out); }, reps));
             };
-            row("", 0);
-            if (c.target == 8192 && c.W == 8) {
-                row(" sleep 128 ns", 4 << 1);
-                row(" sleep 512 ns", 16 << 1);
-                row(" end CTAs that return at once (probe)", 1);
-            }
-            row(" (again)", 0);
+            row(c.target == ce_v3::kPartBytes && c.W == ce_v3::kPieceWarps ? " (shipped)" : "");
+            row(" (again)");
         }
     }
     {
@@ -264,15 +260,15 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
     }
     {
         const RingLaunch base(M, bf16, 8, 2, 8192, 4);
-        report(base.name() + " (the shipped path before staging)",
+        report(base.name() + " (never staged)",
                time_median([&] { base(x, t, M, (int)C, partials, counter, out); }, reps));
         const float loss_base = read_loss(out, bf16);
         struct R2 { int W, S, CB, flags; };
         for (R2 c : {R2{8, 2, 8192, 0}, R2{8, 2, 8192, 8}, R2{8, 3, 8192, 8}, R2{8, 2, 8192, 4}, R2{8, 2, 8192, 0}}) {
-            const RingLaunch v3(M, bf16, c.W, c.S, c.CB, c.flags);
-            const double ms = time_median([&] { v3(x, t, M, (int)C, partials, counter, out); }, reps);
+            const RingLaunch ring(M, bf16, c.W, c.S, c.CB, c.flags);
+            const double ms = time_median([&] { ring(x, t, M, (int)C, partials, counter, out); }, reps);
             const float h = read_loss(out, bf16);
-            report(v3.name() + (c.W == 8 && c.S == 2 && c.CB == 8192 && c.flags == 0 ? " (default)" : "") +
+            report(ring.name() + (c.W == 8 && c.S == 2 && c.CB == 8192 && c.flags == 0 ? " (the ring's default)" : "") +
                    (memcmp(&h, &loss_base, 4) != 0 ? " LOSS NOT BIT-IDENTICAL" : ""), ms);
         }
     }
@@ -292,14 +288,14 @@ static int do_time(int64_t M, int64_t C, bool bf16, int reps, bool all) {
                 R{16, 2, 4096}, R{14, 2, 8192}, R{8, 3, 8192}, R{6, 2, 16384}, R{8, 2, 14336}, R{10, 2, 8192},
                 R{16, 3, 4096}, R{12, 3, 6144}}) {
         if (c.W * c.S * c.CB > 225 * 1024) continue;
-        const RingLaunch v3(M, bf16, c.W, c.S, c.CB);
-        double ms = time_median([&] { v3(x, t, M, (int)C, partials, counter, out); }, reps);
-        report(v3.name() + (c.W == 8 && c.S == 2 && c.CB == 8192 ? " (default)" : ""), ms);
+        const RingLaunch ring(M, bf16, c.W, c.S, c.CB);
+        double ms = time_median([&] { ring(x, t, M, (int)C, partials, counter, out); }, reps);
+        report(ring.name() + (c.W == 8 && c.S == 2 && c.CB == 8192 ? " (the ring's default)" : ""), ms);
     }
     return 0;
 }
 
-// fast_v3 against a float64 loss computed on the host from the same logits. Odd shapes (unaligned rows,
+// Both schedules against a float64 loss computed on the host from the same logits. Odd shapes (unaligned rows,
 // tails, rows shorter than a chunk or than a step), several rings, and "tiny" rows whose target is far
 // above the rest (the log1p path: a mean loss of ~1e-13, so 1e-5 relative separates the paths).
 __global__ void make_tiny(float* x, const int64_t* t, int M, int64_t C) {
@@ -363,36 +359,34 @@ static int do_check() {
         struct K { int W, S, CB, flags; };
         for (K k : {K{8, 2, 8192, 0}, K{8, 2, 8192, 4}, K{8, 2, 8192, 8}, K{8, 3, 8192, 0}, K{16, 2, 4096, 0},
                     K{8, 2, 1024, 8}, K{1, 2, 8192, 0}, K{3, 4, 2048, 8}}) {
-            const RingLaunch v3(M, cs.bf16, k.W, k.S, k.CB, k.flags);
+            const RingLaunch ring(M, cs.bf16, k.W, k.S, k.CB, k.flags);
             // The second call must give the same bits (the ticket resets itself; fixed-order sums).
             float h[2];
             for (int rep = 0; rep < 2; ++rep) {
                 CK(cudaMemset(out, 0xff, 64));  // poison: NaN if the kernel never writes
-                v3(x, t, M, (int)C, ws, counter, out);
+                ring(x, t, M, (int)C, ws, counter, out);
                 CK(cudaDeviceSynchronize());
                 h[rep] = read_loss(out, cs.bf16);
             }
-            judge(v3.name(), h);
+            judge(ring.name(), h);
         }
         struct Q { int64_t target; int W; };
         for (Q q : {Q{8192, 2}, Q{8192, 8}, Q{4096, 4}, Q{16384, 1}, Q{1024, 3}, Q{64, 2}, Q{16, 16}}) {
             const PiecesLaunch rl(M, C, cs.bf16, q.target, q.W);
             if (!rl.ok() || rl.words(M) * 4 > (1 << 20)) continue;
-            for (int knobs : {0, 16 << 1}) {
-                float h[2];
-                for (int rep = 0; rep < 2; ++rep) {
-                    CK(cudaMemset(out, 0xff, 64));
-                    rl(x, t, M, (int)C, slots, out, knobs);
-                    CK(cudaDeviceSynchronize());
-                    h[rep] = read_loss(out, cs.bf16);
-                }
-                // every slot must be empty again for the next call
-                std::vector<uint32_t> w(rl.words(M));
-                CK(cudaMemcpy(w.data(), slots, w.size() * 4, cudaMemcpyDeviceToHost));
-                const int64_t full = std::count_if(w.begin(), w.end(), [](uint32_t v) { return v != 0xffffffffu; });
-                bad += full != 0;
-                judge(rl.name() + (knobs ? " sleep 512 ns" : "") + (full ? " SLOTS LEFT FULL: " + std::to_string(full) : ""), h);
+            float h[2];
+            for (int rep = 0; rep < 2; ++rep) {
+                CK(cudaMemset(out, 0xff, 64));
+                rl(x, t, M, (int)C, slots, out);
+                CK(cudaDeviceSynchronize());
+                h[rep] = read_loss(out, cs.bf16);
             }
+            // every slot must be empty again for the next call
+            std::vector<uint32_t> w(rl.words(M));
+            CK(cudaMemcpy(w.data(), slots, w.size() * 4, cudaMemcpyDeviceToHost));
+            const int64_t full = std::count_if(w.begin(), w.end(), [](uint32_t v) { return v != 0xffffffffu; });
+            bad += full != 0;
+            judge(rl.name() + (full ? " SLOTS LEFT FULL: " + std::to_string(full) : ""), h);
         }
         CK(cudaFree(x)); CK(cudaFree(t)); CK(cudaFree(ws)); CK(cudaFree(slots)); CK(cudaFree(out)); CK(cudaFree(counter));
     }

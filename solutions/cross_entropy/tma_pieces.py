@@ -1,20 +1,32 @@
-"""Cross-entropy (mean reduction), v3: TMA 1-D bulk copies into shared memory, two schedules.
+"""Cross-entropy (mean reduction) in one launch: rows cut into pieces, one TMA bulk copy per warp.
 
-Design (details in docs/perf-notes/cross_entropy.md, sections "fast_v3" and "Fourteenth session"):
-- Pieces (the default, 2026-12-02): every row's aligned middle is cut into P pieces, one short-lived CTA
-  each (in row order), W warps per CTA, each warp one bulk copy of its part into its own slot, then the
-  online (max, sum) from shared memory and one (max, sum) per piece to global memory. Piece CTAs never
-  wait for each other, and the block scheduler starts the next pieces as CTAs end, so the pieces in flight
-  move through memory as one front (on the H200 that read pattern is faster than any persistent grid we
-  measured). The grid's last CTAs are the end: they take each row's pieces from slots that say when they
-  are full (no fence, no atomic; a reader empties what it takes, so every call finds them empty), finish
-  the rows and form the mean in the last of them. One launch, no ticket.
-- Ring (fallback, and flags bit 4): a persistent grid, each warp a contiguous block of rows and a PRIVATE
-  ring of `stages` x `chunk` bytes, one mbarrier per stage; lane 0 keeps the ring full across row
-  boundaries; float32 chunks are staged in registers before the math so the slot refills at once.
+- Pieces: every row's 16-byte-aligned middle is cut into P pieces, one short-lived CTA each, launched in row
+  order. A CTA has W warps (8; fewer for short rows); each warp moves its part (at most 8 KB) with one
+  `cp.async.bulk` into its own slot of shared memory, waits on its own mbarrier, and runs the online (max, sum)
+  over it; thread 0 merges the warps and stores one (max, sum) per piece. Piece CTAs never wait for anything:
+  the block scheduler starts the next pieces as CTAs end, so the pieces in flight move through memory as one
+  front.
+- Odd widths and unaligned rows: the first warp of piece 0 reads the scalar head (the elements before the row's
+  first 16-byte boundary) and tail (those after its last) and folds them in; a row too short for an aligned
+  middle is all head and tail. The CTA whose bytes hold x[r, t_r] stores it (piece 0 when it lies in the head
+  or tail); an out-of-range target gives NaN.
+- The end: the grid's last CTAs, one row per lane, at most half of the CTAs the GPU holds at once, so the pieces
+  they wait for always find room to run whatever order CTAs start in. They merge each row's pieces in piece
+  order, form (max - x_t) + log(sum), and sum their rows in a fixed order; the last end CTA adds the end CTAs'
+  sums in index order and writes the mean, in float32 for bfloat16 logits too.
+- Slots that say when they are full: every value the end reads sits in a slot holding 0xffffffff until written.
+  A writer stores once (relaxed; a (max, sum) pair as one 64-bit store, seen whole or not at all) and exits, with
+  no fence and no atomic. A reader polls, takes the value and writes 0xffffffff back, so every call finds the
+  slots empty (a per-device buffer filled once, grown on demand). No stored value is 0xffffffff: NaNs are
+  stored as the canonical 0x7fffffff.
+- Numerics: float32 takes exp2 of the exact (x - m) * log2e; bfloat16 the FMA form x * log2e - m * log2e and
+  packed bf16 maxima. An all -inf row never forms -inf - -inf. NaN logits propagate. Where the target is the row
+  max and the rest sums to < 1, log(sum) would lose the loss's digits: the warp re-reads the row and takes
+  log1p of the rest. Every sum has a fixed order and there are no float atomics, so the loss is bit-identical
+  from call to call.
 - Waits are bounded (2 s of %globaltimer): a schedule bug gives NaN, not a hung GPU.
-- Numerics as fast.py: fp32 exact (x - m) * log2e, bf16 FMA form, scalar unaligned head/tail, NaN
-  propagation, tiny-loss guard (re-read, log1p), deterministic mean (fixed-order sums, no float atomics).
+- Limits (checked): row bytes < 2^31, M * (P + 1) CTAs < 2^31. Calls that run concurrently on different streams
+  of one device are not supported (they would share the slots).
 """
 import torch
 import torch.nn as nn
@@ -22,9 +34,7 @@ from torch.utils.cpp_extension import load_inline
 
 _cpp_src = r"""
 #include <torch/extension.h>
-torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets, torch::Tensor counter,
-                                    int64_t stages, int64_t chunk_bytes, int64_t warps_per_cta,
-                                    int64_t ctas_override, int64_t flags);
+torch::Tensor cross_entropy_tma_pieces(torch::Tensor logits, torch::Tensor targets);
 """
 
 # Device code only (no torch headers), so it can also be compiled alone with nvcc for -Xptxas -v.
@@ -35,11 +45,9 @@ _kernel_src = r"""
 
 namespace ce_v3 {
 
-constexpr int kMaxWarps = 16;               // warps per CTA (runtime knob, <= this)
-constexpr int kMaxStages = 8;               // ring stages per warp (runtime knob, <= this)
+constexpr int kMaxWarps = 16;               // warps per CTA: the launch bound (the plan takes at most this)
 constexpr int kU = 4;                       // 16-byte vectors per lane per step
 constexpr int kStepVec = 32 * kU;           // vectors per warp per step (2 KB)
-constexpr int kRegVec = 16;                 // vectors per lane a staged chunk fills: chunks <= 8 KB
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned long long kWaitLimitNs = 2000000000ull;  // a correct wait is microseconds
 
@@ -49,7 +57,7 @@ __device__ __forceinline__ float ex2(float x) {
     return y;
 }
 
-// ---------------------------------------------------------------- mbarrier / bulk copy (as softmax/fast.py)
+// ---------------------------------------------------------------- mbarrier / bulk copy
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -82,25 +90,13 @@ __device__ __forceinline__ bool mbar_wait_slow(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ bool mbar_wait(uint32_t bar, uint32_t parity) {
     return mbar_try(bar, parity) || mbar_wait_slow(bar, parity);
 }
-__device__ __forceinline__ uint64_t evict_first_policy() {
-    uint64_t p;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
-// TMA 1-D bulk copy global -> this CTA's smem; completion counted in bytes on `bar`.
-__device__ __forceinline__ void bulk_g2s_hint(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
-                                              uint64_t pol) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1], %2, [%3], %4;"
-                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(pol) : "memory");
-}
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1], %2, [%3];"
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-// ---------------------------------------------------------------- per-dtype step math (fast_v2's)
+// ---------------------------------------------------------------- per-dtype step math
 __device__ __forceinline__ uint32_t bmax2(uint32_t a, uint32_t b) {
     uint32_t r;
     asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
@@ -200,7 +196,7 @@ __device__ __forceinline__ void online_step(const uint4 (&v)[kU], float& m, floa
 }
 
 // A row: scalar head up to the first 16-byte boundary, `nbytes` of 16-byte-aligned middle (what the
-// bulk copies move), scalar tail. Producer and consumer both derive the chunk sequence from this.
+// bulk copies move), scalar tail. Every piece of a row derives the same split from this.
 template <bool kBf16>
 __device__ __forceinline__ void row_geom(const char* logits, int64_t r, int C, const char*& row, int& head,
                                          uint32_t& nbytes) {
@@ -211,216 +207,13 @@ __device__ __forceinline__ void row_geom(const char* logits, int64_t r, int C, c
     nbytes = static_cast<uint32_t>((C - head) / V) * 16u;
 }
 
-// kStage: move each chunk to registers before the math (see the loop). Its 16 vectors per lane need more
-// than the 64 registers that two CTAs of 512 threads would leave.
-template <bool kBf16, bool kStage>
-__global__ void __launch_bounds__(kMaxWarps * 32, kStage ? 1 : 2)
-ce_v3_kernel(const char* __restrict__ logits, const int64_t* __restrict__ targets, int64_t M, int C,
-             int64_t rpw, int stages, uint32_t chunk, int use_hint, int proxy_fence, float* __restrict__ partials,
-             unsigned int* __restrict__ counter, void* __restrict__ out) {
-    using Tr = Traits<kBf16>;
-    constexpr int V = Tr::kVec;
-    extern __shared__ __align__(128) unsigned char ring_raw[];     // [warp][stage][chunk bytes]
-    __shared__ __align__(8) uint64_t bars[kMaxWarps * kMaxStages];  // [warp][stage]
-    __shared__ float warp_acc[kMaxWarps];
-    __shared__ float warp_tot[kMaxWarps];
-    __shared__ bool am_last;
-
-    const int nwarps = blockDim.x >> 5;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t gw = static_cast<int64_t>(blockIdx.x) * nwarps + warp;
-    const int64_t r0 = min(M, gw * rpw);
-    const int64_t r1 = min(M, r0 + rpw);
-    const unsigned char* ring_g = ring_raw + static_cast<uint32_t>(warp * stages) * chunk;  // for ld.shared
-    const uint32_t ring_s = smem_addr(ring_g);                                             // for the copies
-    const uint32_t bar0 = smem_addr(&bars[warp * kMaxStages]);                              // stage s: bar0 + 8s
-
-    // ---- producer state: lane 0 only. Walks the warp's (row, chunk) sequence `stages` chunks ahead
-    // of the consumer; rows with no aligned middle have no chunks.
-    int64_t pr = r0 - 1;
-    uint32_t poff = 0, pnb = 0;
-    const char* pmid = nullptr;
-    int pslot = 0;
-    uint64_t pol = 0;
-    auto pseek = [&]() {
-        while (poff >= pnb && pr < r1) {
-            ++pr;
-            poff = 0;
-            pnb = 0;
-            if (pr < r1) {
-                const char* row;
-                int head;
-                row_geom<kBf16>(logits, pr, C, row, head, pnb);
-                pmid = row + head * Tr::kElem;
-            }
-        }
-    };
-    // Fill the slot `pslot` with the next chunk, if any. Byte count for expect_tx and the copy are the
-    // same variable, a multiple of 16, source and destination 16-byte aligned.
-    auto produce = [&]() {
-        if (pr < r1) {
-            const uint32_t nb = min(chunk, pnb - poff);
-            const uint32_t bar = bar0 + 8u * pslot;
-            const uint32_t dst = ring_s + static_cast<uint32_t>(pslot) * chunk;
-            // Order this warp's generic reads of the slot (fenced by __syncwarp) before the async write.
-            if (proxy_fence) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            mbar_arrive_expect_tx(bar, nb);
-            if (use_hint) bulk_g2s_hint(dst, pmid + poff, nb, bar, pol);
-            else bulk_g2s(dst, pmid + poff, nb, bar);
-            poff += nb;
-            pslot = (pslot + 1 == stages) ? 0 : pslot + 1;
-            pseek();
-        }
-    };
-
-    if (lane == 0) {
-        for (int s = 0; s < stages; ++s) mbar_init(bar0 + 8u * s, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        pol = evict_first_policy();
-        pseek();
-        for (int s = 0; s < stages; ++s) produce();
-    }
-    __syncwarp();
-
-    // ---- consumer: all lanes, same sequence. Chunk k of the warp sits in slot k % stages and is that
-    // slot's (k / stages)-th use, i.e. phase parity (k / stages) & 1.
-    int cslot = 0;
-    uint32_t cpar = 0;
-    bool dead = false;  // a wait timed out (bug): stop touching the ring, the result becomes NaN
-    float acc = 0.f;    // this warp's row losses, summed in row order
-    int64_t t_next = (r0 < r1) ? __ldg(targets + r0) : 0;
-    for (int64_t r = r0; r < r1; ++r) {
-        const char* row;
-        int head;
-        uint32_t nb;
-        row_geom<kBf16>(logits, r, C, row, head, nb);
-        const int tail0 = head + static_cast<int>(nb / 16u) * V;
-        // Scalar loads now, used after the chunk loop (latency hidden); the target index one row ahead.
-        const int64_t t = t_next;
-        if (r + 1 < r1) t_next = __ldg(targets + r + 1);
-        const float xt = (static_cast<uint64_t>(t) < static_cast<uint64_t>(C)) ? Tr::scalar(row, t) : NAN;
-        const float ha = (lane < head) ? Tr::scalar(row, lane) : -INFINITY;
-        const float tb = (lane < C - tail0) ? Tr::scalar(row, tail0 + lane) : -INFINITY;
-
-        float m = -INFINITY, s = 0.f;
-        for (uint32_t off = 0; off < nb; off += chunk) {
-            const int nv = static_cast<int>(min(chunk, nb - off) / 16u);
-            if (!dead) dead = !__all_sync(0xffffffffu, mbar_wait(bar0 + 8u * cslot, cpar));
-            const uint4* slot = reinterpret_cast<const uint4*>(ring_g + static_cast<uint32_t>(cslot) * chunk);
-            if constexpr (kStage) {
-                // The whole chunk to registers first, so the slot is refilled before the math and the copy
-                // engine keeps `stages` chunks in flight while this warp computes. Same math, same order.
-                uint4 v[kRegVec];
-                if (!dead) {
-#pragma unroll
-                    for (int k = 0; k < kRegVec; ++k) {
-                        const int idx = k * 32 + lane;
-                        v[k] = idx < nv ? slot[idx] : Tr::neg_inf();
-                    }
-                }
-                __syncwarp();  // every lane holds its part of the slot before lane 0 refills it
-                if (lane == 0 && !dead) produce();
-                if (!dead) {
-#pragma unroll
-                    for (int b = 0; b < kRegVec; b += kU) {
-                        uint4 w[kU];
-#pragma unroll
-                        for (int u = 0; u < kU; ++u) w[u] = v[b + u];
-                        online_step<kBf16>(w, m, s);
-                    }
-                }
-            } else {
-                if (!dead) {
-                    for (int base = 0; base < nv; base += kStepVec) {
-                        uint4 v[kU];
-#pragma unroll
-                        for (int u = 0; u < kU; ++u) {
-                            const int idx = base + u * 32 + lane;
-                            v[u] = idx < nv ? slot[idx] : Tr::neg_inf();
-                        }
-                        online_step<kBf16>(v, m, s);
-                    }
-                }
-                __syncwarp();  // every lane is done reading this slot before lane 0 refills it
-                if (lane == 0 && !dead) produce();
-            }
-            if (++cslot == stages) { cslot = 0; cpar ^= 1u; }
-        }
-        {
-            const float mn = fmaxf(m, fmaxf(ha, tb)), mr = safe_ref(mn);
-            s = s * ex2((m - mr) * kLog2e) + (ex2((ha - mr) * kLog2e) + ex2((tb - mr) * kLog2e));
-            m = mn;
-        }
-
-        // Row max first, then one rescale and a plain sum. Xor butterflies give every lane the same
-        // bits (max and + are commutative).
-        float gm = m;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) gm = fmaxf(gm, __shfl_xor_sync(0xffffffffu, gm, o));
-        s *= ex2((m - safe_ref(gm)) * kLog2e);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        m = gm;
-
-        float loss = (m - xt) + logf(s);
-        // Warp-uniform: every lane holds the same m, s, xt. The target is the max and the rest sums
-        // to < 1: log(s) would lose the digits of a tiny loss, so re-read the row for log1p.
-        if (xt == m && s < 2.f) {
-            float rest = 0.f, cnt = 0.f;
-            for (int j = lane; j < C; j += 32) {
-                const float x = Tr::scalar(row, j);
-                if (x == m) cnt += 1.f;
-                else rest += expf(x - m);
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                rest += __shfl_xor_sync(0xffffffffu, rest, o);
-                cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
-            }
-            loss = log1pf(rest + (cnt - 1.f));
-        }
-        acc += dead ? NAN : loss;
-    }
-
-    if (lane == 0) warp_acc[warp] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float cta = 0.f;
-        for (int i = 0; i < nwarps; ++i) cta += warp_acc[i];
-        partials[blockIdx.x] = cta;
-        __threadfence();
-        am_last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!am_last) return;
-
-    // Last CTA: every other CTA's partial is visible (their fence preceded their ticket).
-    __threadfence();
-    float part = 0.f;
-    for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += blockDim.x) part += __ldcg(partials + i);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-    if (lane == 0) warp_tot[warp] = part;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float tot = 0.f;
-        for (int w = 0; w < nwarps; ++w) tot += warp_tot[w];
-        const float mean = static_cast<float>(static_cast<double>(tot) / static_cast<double>(M));  // M == 0 -> NaN
-        *reinterpret_cast<float*>(out) = mean;  // float32 for bf16 logits too (problem.yaml output_dtype)
-        *counter = 0u;  // ready for the next launch on this stream
-    }
-}
-
-// ---------------------------------------------------------------- pieces schedule: CTAs in row order
-// The persistent ring above keeps 1,024 warps each streaming its own rows. The pieces schedule instead
-// cuts every row's aligned middle into P pieces, one CTA each (grid M * P, in row order), W warps per CTA,
-// each warp one part of `part_bytes` moved by one bulk copy into its own slot of shared memory. A CTA
-// reads its piece once, reduces it to one (max, sum) and exits; the block scheduler starts the next
-// pieces as CTAs end, so the pieces in flight move through memory as one front and no warp is left with
-// extra rows at the end (on the H200 a plain read in this launch order beat the persistent grid-stride
-// read by 1.2%). Piece CTAs never wait for each other or for anything else: the grid's last CTAs are the end,
-// which takes each row's pieces from slots (below) as they are filled, finishes the rows and forms the mean.
+// ---------------------------------------------------------------- pieces: CTAs in row order
+// Every row's aligned middle is cut into P pieces, one CTA each (grid M * P, in row order), W warps per CTA,
+// each warp one part of `part_bytes` moved by one bulk copy into its own slot of shared memory. A CTA reads
+// its piece once, reduces it to one (max, sum) and exits; the block scheduler starts the next pieces as CTAs
+// end, so the pieces in flight move through memory as one front. Piece CTAs never wait for each other or for
+// anything else: the grid's last CTAs are the end, which takes each row's pieces from slots (below) as they
+// are filled, finishes the rows and forms the mean.
 
 // (m, s) pairs in index order -> one (m, s): the max first, then each sum rescaled to it.
 __device__ __forceinline__ void merge_pairs(const float2* ms, int n, float& m, float& s) {
@@ -434,7 +227,7 @@ __device__ __forceinline__ void merge_pairs(const float2* ms, int n, float& m, f
 // One warp: the summed losses of rows [g0, g1) from their pieces' (max, sum) and target logits, each lane
 // its rows in order, then a fixed butterfly (every lane gets the sum). loss = (max - x[t]) + log(sum), or,
 // where the target is the max and the rest sums to < 1 (log(sum) would lose a tiny loss's digits), the
-// warp re-reads the row for log1p, as the ring kernel does.
+// warp re-reads the row for log1p.
 // fetch(r, m, s, xt) gives row r's merged (max, sum) and its target logit.
 template <bool kBf16, class Fetch>
 __device__ __forceinline__ float group_loss(Fetch&& fetch, const char* __restrict__ logits, int C, int64_t g0,
@@ -480,12 +273,13 @@ __device__ __forceinline__ float group_loss(Fetch&& fetch, const char* __restric
 // The end's inputs travel through slots: a piece's (max, sum), a row's target logit, an end CTA's loss sum.
 // A slot holds kEmpty until it is written; its reader waits for a value, takes it and puts kEmpty back, so the
 // next call finds every slot empty again. A writer stores and goes on: no fence and no atomic hold its CTA
-// (per-CTA tickets cost the pieces 3-19%, fourteenth session). A 64-bit store is seen whole or not at all, and
+// (with its shared memory) for a round trip. A 64-bit store is seen whole or not at all, and
 // no stored value is kEmpty (NaNs are stored as the canonical 0x7fffffff). Waits are bounded (NaN after
 // kWaitLimitNs, a bug). The end CTAs that wait for the pieces are at most half of the CTAs the pieces kernel can
 // hold at once, so the pieces they wait for always find room to run, whatever order the CTAs start in.
 constexpr uint32_t kEmpty = 0xffffffffu;
 constexpr uint64_t kEmpty64 = ~0ull;
+constexpr unsigned kPollSleepNs = 32;  // a poll that finds its slot empty sleeps this long before the next
 __device__ __forceinline__ uint32_t canon_bits(float v) { return v != v ? 0x7fffffffu : __float_as_uint(v); }
 __device__ __forceinline__ void put_b32(uint32_t* p, uint32_t v) {
     asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
@@ -508,21 +302,11 @@ __device__ __forceinline__ bool empty64(uint64_t v) { return static_cast<uint32_
 __device__ __forceinline__ uint64_t pack_ms(float m, float s) {
     return (static_cast<uint64_t>(canon_bits(s)) << 32) | __float_as_uint(m);
 }
-// The slow path of a read that found its slot empty: poll until it is full (NaN after kWaitLimitNs).
-__device__ __forceinline__ uint32_t wait_b32(const uint32_t* p, unsigned sleep_ns) {
-    const unsigned long long t0 = gtimer();
-    uint32_t v;
-    while ((v = get_b32(p)) == kEmpty) {
-        if (gtimer() - t0 > kWaitLimitNs) return 0x7fffffffu;
-        __nanosleep(sleep_ns);
-    }
-    return v;
-}
 // Row r's pieces, merged four at a time in piece order, and its target logit, each slot waited for and emptied.
 // The loads of a round are issued together, and so are the re-reads of the slots that were still empty: a row
 // costs one round trip once its last slot is full.
 __device__ __forceinline__ void take_row(uint64_t* __restrict__ part, uint32_t* __restrict__ xts, int P, int64_t r,
-                                         unsigned sleep_ns, float& m, float& s, float& xt) {
+                                         float& m, float& s, float& xt) {
     constexpr uint64_t kNoPiece = 0xff800000ull;                             // (max -inf, sum 0)
     constexpr uint64_t kLost = static_cast<uint64_t>(0x7fffffffu) << 32;  // (max 0, sum NaN): a wait timed out
     uint32_t xb = get_b32(xts + r);
@@ -538,7 +322,7 @@ __device__ __forceinline__ void take_row(uint64_t* __restrict__ part, uint32_t* 
         while (xb == kEmpty || empty64(v[0]) || empty64(v[1]) || empty64(v[2]) || empty64(v[3])) {
             if (t0 == 0) t0 = gtimer();
             const bool lost = gtimer() - t0 > kWaitLimitNs;
-            if (!lost) __nanosleep(sleep_ns);
+            if (!lost) __nanosleep(kPollSleepNs);
 #pragma unroll
             for (int u = 0; u < 4; ++u)
                 if (empty64(v[u])) v[u] = lost ? kLost : get_b64(at + u);
@@ -566,15 +350,14 @@ __device__ __forceinline__ void take_row(uint64_t* __restrict__ part, uint32_t* 
 // End CTA e of nend, the last CTAs of the pieces grid: its warps take consecutive blocks of rows (group_loss), the
 // CTA's loss sum goes to slot sums[e], and the last end CTA adds the sums in order into the mean. The other end
 // CTAs hold earlier rows, so they are usually done first: the last one sends the loads of their sums out before
-// its own rows and waits for them (all together) after. `scratch`: 2 * nwarps floats. knobs (bench): bits 1..,
-// the polls' sleep in units of 32 ns (0: 32 ns). Not inlined, so that the pieces' own code stays as it was.
+// its own rows and waits for them (all together) after. `scratch`: 2 * nwarps floats. Not inlined, so that the
+// pieces' own code (registers, no call frame) is what it would be without the end.
 template <bool kBf16>
 __device__ __noinline__ void end_cta(uint64_t* __restrict__ part, uint32_t* __restrict__ xts,
                                      uint32_t* __restrict__ sums, const char* __restrict__ logits, int64_t M, int C,
-                                     int P, int e, int nend, int knobs, float* scratch, void* __restrict__ out) {
+                                     int P, int e, int nend, float* scratch, void* __restrict__ out) {
     constexpr int kB = 8;  // sums per thread per round
     const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nt = blockDim.x;
-    const unsigned sleep_ns = (knobs >> 1) ? static_cast<unsigned>(knobs >> 1) * 32u : 32u;
     const bool last = e == nend - 1;
     const int nother = nend - 1;
     uint32_t b[kB];
@@ -583,7 +366,7 @@ __device__ __noinline__ void end_cta(uint64_t* __restrict__ part, uint32_t* __re
 
     const int64_t all_warps = static_cast<int64_t>(nend) * nwarps, rpw = (M + all_warps - 1) / all_warps;
     const int64_t g0 = min(M, (static_cast<int64_t>(e) * nwarps + warp) * rpw), g1 = min(M, g0 + rpw);
-    auto fetch = [&](int64_t r, float& m, float& s, float& xt) { take_row(part, xts, P, r, sleep_ns, m, s, xt); };
+    auto fetch = [&](int64_t r, float& m, float& s, float& xt) { take_row(part, xts, P, r, m, s, xt); };
     const float wsum = group_loss<kBf16>(fetch, logits, C, g0, g1);
 
     float others = 0.f;  // the last CTA: the other CTAs' sums, this thread's share in index order, then a butterfly
@@ -601,7 +384,7 @@ __device__ __noinline__ void end_cta(uint64_t* __restrict__ part, uint32_t* __re
                 if (!pending) break;
                 if (t0 == 0) t0 = gtimer();
                 const bool lost = gtimer() - t0 > kWaitLimitNs;
-                if (!lost) __nanosleep(sleep_ns);
+                if (!lost) __nanosleep(kPollSleepNs);
 #pragma unroll
                 for (int u = 0; u < kB; ++u)
                     if (i0 + u * nt < nother && b[u] == kEmpty) b[u] = lost ? 0x7fffffffu : get_b32(sums + i0 + u * nt);
@@ -637,13 +420,12 @@ __device__ __noinline__ void end_cta(uint64_t* __restrict__ part, uint32_t* __re
 
 // Slot part[b] = (max, sum) of piece b = r * P + q; slot xts[r] = x[r, t_r] (NaN for an out-of-range target),
 // written by the CTA whose piece holds it (piece 0 for the scalar head and tail outside the aligned middle). The
-// grid's last nend CTAs are the end (end_cta). knobs (bench): bit 0, end CTAs that return at once (a probe: it
-// leaves the slots full); the rest, end_cta's.
+// grid's last nend CTAs are the end (end_cta).
 template <bool kBf16>
 __global__ void __launch_bounds__(kMaxWarps * 32)
 ce_v3_pieces_kernel(const char* __restrict__ logits, const int64_t* __restrict__ targets, int64_t M, int C, int P,
                     uint32_t part_bytes, uint64_t* __restrict__ part, uint32_t* __restrict__ xts,
-                    uint32_t* __restrict__ sums, int nend, int knobs, void* __restrict__ out) {
+                    uint32_t* __restrict__ sums, int nend, void* __restrict__ out) {
     using Tr = Traits<kBf16>;
     constexpr int V = Tr::kVec, E = Tr::kElem;
     extern __shared__ __align__(128) unsigned char slots[];  // [warp][part_bytes]
@@ -651,9 +433,8 @@ ce_v3_pieces_kernel(const char* __restrict__ logits, const int64_t* __restrict__
     __shared__ float2 warp_ms[kMaxWarps];
     const int64_t e = static_cast<int64_t>(blockIdx.x) - M * P;
     if (e >= 0) {
-        if (!(knobs & 1))
-            end_cta<kBf16>(part, xts, sums, logits, M, C, P, static_cast<int>(e), nend, knobs,
-                           reinterpret_cast<float*>(warp_ms), out);
+        end_cta<kBf16>(part, xts, sums, logits, M, C, P, static_cast<int>(e), nend, reinterpret_cast<float*>(warp_ms),
+                       out);
         return;
     }
     const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -737,39 +518,14 @@ ce_v3_pieces_kernel(const char* __restrict__ logits, const int64_t* __restrict__
 
 // ---------------------------------------------------------------- launch choices (plain host C++, no torch)
 // Shared by the extension and benchmarks/standalone/ce_stream.cu, so the bench times what the extension runs.
-using CeKernel = void (*)(const char*, const int64_t*, int64_t, int, int64_t, int, uint32_t, int, int, float*,
-                          unsigned int*, void*);
-constexpr int64_t kMaxStagedChunk = kRegVec * 32 * 16;
 
-// flags bit 2: never stage; bit 3: stage bfloat16 too. Staging is the float32 default (chunks <= 8 KB).
-inline bool stage_chunks(bool bf16, int64_t chunk_bytes, int64_t flags) {
-    return (flags & 4) ? false : ((flags & 8) || !bf16) && chunk_bytes <= kMaxStagedChunk;
-}
-inline CeKernel pick_kernel(bool bf16, bool stage) {
-    return bf16 ? (stage ? ce_v3_kernel<true, true> : ce_v3_kernel<true, false>)
-                : (stage ? ce_v3_kernel<false, true> : ce_v3_kernel<false, false>);
-}
-
-// Persistent grid: the fewest warps that still give each the same (ceil) number of rows as a full resident
-// grid (or `ctas_override` CTAs), so every active warp streams the same number of rows and all finish together.
-struct Grid {
-    int64_t rpw, ctas;
-};
-inline Grid plan_grid(int64_t M, int W, int occ, int64_t sms, int64_t ctas_override) {
-    int64_t max_warps = sms * occ * W;
-    if (ctas_override > 0) max_warps = (ctas_override < (int64_t(1) << 24) ? ctas_override : int64_t(1) << 24) * W;
-    Grid g;
-    g.rpw = (M + max_warps - 1) / max_warps;
-    if (g.rpw < 1) g.rpw = 1;
-    const int64_t need_warps = (M + g.rpw - 1) / g.rpw;
-    g.ctas = (need_warps + W - 1) / W;
-    if (g.ctas < 1) g.ctas = 1;
-    return g;
-}
-
+// The extension's shape of a piece: 8 warps, each one bulk copy of up to 8 KB (64 KB of shared memory per CTA).
+constexpr int64_t kPartBytes = 8192;
+constexpr int kPieceWarps = 8;
 
 // The pieces schedule's shape: W warps per CTA (fewer for short rows), parts of about `target_part` bytes, P
-// pieces per row. Not applicable (p = 0) when the grid would be too large.
+// pieces per row; part_bytes <= target_part (a multiple of 16), so smem <= warps * target_part. Not applicable
+// (p = 0) when the grid would be too large.
 struct PiecesPlan {
     int p = 0, warps = 0;
     uint32_t part_bytes = 0;
@@ -804,15 +560,14 @@ inline int64_t end_ctas(const PiecesPlan& pl, int64_t M, int64_t resident) {
 inline int64_t slot_words(const PiecesPlan& pl, int64_t M, int64_t nend) { return 2 * M * pl.p + M + nend; }
 // One launch: the pieces and, as the grid's last nend CTAs, the end. `slots` holds slot_words words, every one
 // kEmpty before the call (the call leaves them so). The caller has raised the kernel's dynamic shared memory
-// limit to pl.smem. knobs: see ce_v3_pieces_kernel (0 outside the bench).
+// limit to pl.smem.
 inline cudaError_t launch_pieces(const PiecesPlan& pl, bool bf16, cudaStream_t stream, const char* logits,
-                                 const int64_t* targets, int64_t M, int C, uint32_t* slots, int64_t nend, void* out,
-                                 int knobs = 0) {
+                                 const int64_t* targets, int64_t M, int C, uint32_t* slots, int64_t nend, void* out) {
     uint64_t* part = reinterpret_cast<uint64_t*>(slots);
     uint32_t* xts = slots + 2 * M * pl.p;
     (bf16 ? ce_v3_pieces_kernel<true> : ce_v3_pieces_kernel<false>)
         <<<static_cast<unsigned>(M * pl.p + nend), pl.warps * 32, static_cast<size_t>(pl.smem), stream>>>(
-            logits, targets, M, C, pl.p, pl.part_bytes, part, xts, xts + M, static_cast<int>(nend), knobs, out);
+            logits, targets, M, C, pl.p, pl.part_bytes, part, xts, xts + M, static_cast<int>(nend), out);
     return cudaGetLastError();
 }
 
@@ -827,17 +582,9 @@ _host_src = r"""
 #include <map>
 #include <tuple>
 
-// Knobs (0 = automatic; tuning hooks for benchmarks): ring stages per warp, bytes per bulk copy (a
-// piece's part per warp, or a ring chunk), warps per CTA, the ring's grid size, flags (bit 4: the ring
-// schedule instead of pieces; for the ring: bit 0: no L2 evict_first hint on the copies; bit 1: no
-// fence.proxy.async before refilling a slot: __syncwarp alone orders the reads, as CUTLASS's TMA
-// pipelines rely on the mbarrier alone; bit 2: never stage chunks in registers; bit 3: stage them for
-// bfloat16 too). Staging is the float32 default: it gained 0.9-1.8% on the H200 at the float32 timing
-// shapes and lost 0.9-2.3% at the bfloat16 ones (benchmarks/standalone, 2026-12-01).
-// The pieces schedule's slots, per device: every word kEmpty (0xffffffff) between calls (the end CTAs empty what
-// they read). Grown, never shrunk, kept for the process (leaked on purpose: no CUDA free after the runtime is
-// gone). Like the ring's ticket, one per device: calls that run concurrently on different streams of one device
-// are not supported.
+// The slots, per device: every word kEmpty (0xffffffff) between calls (the end CTAs empty what they read). Grown,
+// never shrunk, kept for the process (leaked on purpose: no CUDA free after the runtime is gone). One per device:
+// calls that run concurrently on different streams of one device are not supported.
 static at::Tensor& pieces_slots(int dev, int64_t words, const at::TensorOptions& opt) {
     static std::map<int, at::Tensor*> slots;
     at::Tensor*& s = slots[dev];
@@ -848,9 +595,7 @@ static at::Tensor& pieces_slots(int dev, int64_t words, const at::TensorOptions&
     return *s;
 }
 
-torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets, torch::Tensor counter,
-                                    int64_t stages, int64_t chunk_bytes, int64_t warps_per_cta,
-                                    int64_t ctas_override, int64_t flags) {
+torch::Tensor cross_entropy_tma_pieces(torch::Tensor logits, torch::Tensor targets) {
     using namespace ce_v3;
     TORCH_CHECK(logits.is_cuda() && targets.is_cuda(), "cross_entropy: inputs must be CUDA tensors");
     TORCH_CHECK(logits.dim() == 2, "cross_entropy: logits must be 2-D [M, C]");
@@ -858,127 +603,59 @@ torch::Tensor cross_entropy_fast_v3(torch::Tensor logits, torch::Tensor targets,
     const bool bf16 = logits.scalar_type() == at::kBFloat16;
     TORCH_CHECK(bf16 || logits.scalar_type() == at::kFloat, "cross_entropy: logits must be float32 or bfloat16");
     TORCH_CHECK(!targets.is_floating_point() && !targets.is_complex(), "cross_entropy: targets must be integer");
-    TORCH_CHECK(counter.is_cuda() && counter.scalar_type() == at::kInt && counter.numel() == 1 &&
-                counter.device() == logits.device(), "cross_entropy: bad counter workspace");
     const c10::cuda::CUDAGuard guard(logits.device());
     auto x = logits.contiguous();
     auto t = targets.to(at::kLong).contiguous();
     const int64_t M = x.size(0), C = x.size(1);
-    TORCH_CHECK(C > 0 || M == 0, "cross_entropy: need at least one class");
+    TORCH_CHECK(M > 0 && C > 0, "cross_entropy: need at least one row and one class");
     // Row bytes must fit the kernel's 32-bit byte offsets.
     TORCH_CHECK(C * x.element_size() < (int64_t(1) << 31), "cross_entropy: row too long for 32-bit offsets");
     TORCH_CHECK(reinterpret_cast<uintptr_t>(x.data_ptr()) % x.element_size() == 0,
                 "cross_entropy: logits not element-aligned");
 
-    // Defaults: 8 warps x 2 stages x 8 KB (128 KB, one CTA per SM). On the H200 that beat the first
-    // default (3 x 4 KB, two CTAs per SM) by 1.2-3.5% at all four timing shapes (benchmarks/standalone,
-    // 2026-12-01): fewer rows streamed side by side, with bigger copies. The pieces schedule takes the same
-    // 8 warps x 8 KB: at all four timing shapes it was the best or within 0.4% of the best of the parts and
-    // warp counts tried (2-8 warps, 4-16 KB; benchmarks/standalone, 2026-12-02).
-    const int S = stages > 0 ? static_cast<int>(stages) : 2;
-    const int64_t CB = chunk_bytes > 0 ? chunk_bytes : 8192;
-    const int W = warps_per_cta > 0 ? static_cast<int>(warps_per_cta) : 8;
-    TORCH_CHECK(S >= 1 && S <= kMaxStages, "cross_entropy: stages must be 1..", kMaxStages);
-    TORCH_CHECK(CB >= 16 && CB % 16 == 0 && CB <= (1 << 20), "cross_entropy: chunk bytes must be a multiple of 16");
-    TORCH_CHECK(W >= 1 && W <= kMaxWarps, "cross_entropy: warps per CTA must be 1..", kMaxWarps);
-    const int64_t smem = static_cast<int64_t>(W) * S * CB;
-
     const int dev = x.get_device();
     const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-    // Headroom for the kernels' ~1.2 KB of static shared memory.
+    // Headroom for the kernel's static shared memory.
     const int64_t max_dyn = static_cast<int64_t>(prop->sharedMemPerBlockOptin) - 2048;
     auto stream = at::cuda::getCurrentCUDAStream();
     auto out = torch::empty({}, x.options().dtype(at::kFloat));  // the loss is float32 for bf16 logits too
 
-    // The pieces schedule (the default; flags bit 4 forces the ring): parts of CB bytes, W warps per CTA.
-    const PiecesPlan pp = (flags & 16) ? PiecesPlan() : plan_pieces(M, C, x.element_size(), CB, W);
-    if (pp.p > 0 && pp.smem <= max_dyn) {
-        const void* k = pieces_kernel_fn(bf16);
-        static std::map<std::pair<int, bool>, bool> pieces_configured;
-        if (!pieces_configured[std::make_pair(dev, bf16)]) {
-            C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_dyn)));
-            C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                cudaSharedmemCarveoutMaxShared));
-            pieces_configured[std::make_pair(dev, bf16)] = true;
-        }
-        static std::map<std::tuple<int, bool, int, int64_t>, int> pieces_occ;
-        int& n = pieces_occ[std::make_tuple(dev, bf16, pp.warps, pp.smem)];
-        if (n == 0) {
-            C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, pp.warps * 32, static_cast<size_t>(pp.smem)));
-            TORCH_CHECK(n >= 1, "cross_entropy: pieces do not fit on an SM");
-        }
-        const int64_t nend = end_ctas(pp, M, static_cast<int64_t>(n) * prop->multiProcessorCount);
-        at::Tensor& sl = pieces_slots(dev, slot_words(pp, M, nend), x.options());
-        C10_CUDA_CHECK(launch_pieces(pp, bf16, stream, static_cast<const char*>(x.data_ptr()), t.data_ptr<int64_t>(),
-                                     M, static_cast<int>(C), reinterpret_cast<uint32_t*>(sl.data_ptr<int32_t>()), nend,
-                                     out.data_ptr()));
-        return out;
-    }
-
-    TORCH_CHECK(!(flags & 8) || CB <= kMaxStagedChunk, "cross_entropy: staged chunks must be <= ",
-                kMaxStagedChunk, " bytes");
-    const bool stage = stage_chunks(bf16, CB, flags);
-    const CeKernel kern = pick_kernel(bf16, stage);
-    TORCH_CHECK(smem <= max_dyn,
-                "cross_entropy: ring (", smem, " B) exceeds the per-block shared memory limit");
-    // Per (device, dtype, staging): opt in to the largest dynamic shared memory once; per config: occupancy.
-    static std::map<std::tuple<int, bool, bool>, bool> configured;
-    static std::map<std::tuple<int, bool, bool, int, int64_t>, int> occ;
-    if (!configured[std::make_tuple(dev, bf16, stage)]) {
-        C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(max_dyn)));
-        // All of L1 as shared memory: only the few scalar loads use L1.
-        C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+    const PiecesPlan pp = plan_pieces(M, C, x.element_size(), kPartBytes, kPieceWarps);
+    TORCH_CHECK(pp.p > 0, "cross_entropy: ", M, " rows of ", C, " classes need more than 2^31 - 1 CTAs");
+    TORCH_CHECK(pp.smem <= max_dyn, "cross_entropy: a piece needs more shared memory than a CTA can have");
+    const void* k = pieces_kernel_fn(bf16);
+    // Per (device, dtype): opt in to the largest dynamic shared memory once, all of L1 as shared memory (only the
+    // few scalar loads use L1). Per (device, dtype, warps, shared memory): the occupancy the end's size rests on.
+    static std::map<std::pair<int, bool>, bool> pieces_configured;
+    if (!pieces_configured[std::make_pair(dev, bf16)]) {
+        C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_dyn)));
+        C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                             cudaSharedmemCarveoutMaxShared));
-        configured[std::make_tuple(dev, bf16, stage)] = true;
+        pieces_configured[std::make_pair(dev, bf16)] = true;
     }
-    int& o = occ[std::make_tuple(dev, bf16, stage, W, smem)];
-    if (o == 0) {
-        int n = 0;
-        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, W * 32, static_cast<size_t>(smem)));
-        TORCH_CHECK(n >= 1, "cross_entropy: config does not fit on an SM");
-        o = n;
+    static std::map<std::tuple<int, bool, int, int64_t>, int> pieces_occ;
+    int& n = pieces_occ[std::make_tuple(dev, bf16, pp.warps, pp.smem)];
+    if (n == 0) {
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, pp.warps * 32, static_cast<size_t>(pp.smem)));
+        TORCH_CHECK(n >= 1, "cross_entropy: pieces do not fit on an SM");
     }
-    const Grid grid = plan_grid(M, W, o, prop->multiProcessorCount, ctas_override);
-    const int64_t rpw = grid.rpw, ctas = grid.ctas;
-
-    auto partials = torch::empty({ctas}, x.options().dtype(at::kFloat));
-    kern<<<static_cast<unsigned>(ctas), W * 32, static_cast<size_t>(smem), stream>>>(
-        static_cast<const char*>(x.data_ptr()), t.data_ptr<int64_t>(), M, static_cast<int>(C), rpw, S,
-        static_cast<uint32_t>(CB), (flags & 1) ? 0 : 1, (flags & 2) ? 0 : 1, partials.data_ptr<float>(),
-        reinterpret_cast<unsigned int*>(counter.data_ptr<int>()), out.data_ptr());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const int64_t nend = end_ctas(pp, M, static_cast<int64_t>(n) * prop->multiProcessorCount);
+    at::Tensor& sl = pieces_slots(dev, slot_words(pp, M, nend), x.options());
+    C10_CUDA_CHECK(launch_pieces(pp, bf16, stream, static_cast<const char*>(x.data_ptr()), t.data_ptr<int64_t>(), M,
+                                 static_cast<int>(C), reinterpret_cast<uint32_t*>(sl.data_ptr<int32_t>()), nend,
+                                 out.data_ptr()));
     return out;
 }
 """
 
 _ext = load_inline(
-    name="cross_entropy_fast_v3",
+    name="cross_entropy_tma_pieces",
     cpp_sources=_cpp_src,
     cuda_sources=_kernel_src + _host_src,
-    functions=["cross_entropy_fast_v3"],
+    functions=["cross_entropy_tma_pieces"],
     extra_cuda_cflags=["-O3"],
     verbose=False,
 )
-
-# One self-resetting ticket per device (the kernel's last CTA sets it back to 0). Calls that run
-# concurrently on different streams of one device would share it: not supported.
-_counters = {}
-
-
-def _counter(device: torch.device) -> torch.Tensor:
-    key = (device.type, device.index)
-    c = _counters.get(key)
-    if c is None:
-        c = torch.zeros(1, dtype=torch.int32, device=device)
-        _counters[key] = c
-    return c
-
-
-# Defaults (0 = the extension's automatic choice); the bench script sweeps these. FLAGS = 1 drops the
-# L2 evict_first hint: on the H200 that was 2-4% faster on three of the four timing shapes and even on
-# the fourth (benchmarks/bench_ce_v3.py, 2026-11-30).
-STAGES, CHUNK_BYTES, WARPS_PER_CTA, FLAGS = 0, 0, 0, 1
 
 
 class ModelNew(nn.Module):
@@ -986,5 +663,4 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return _ext.cross_entropy_fast_v3(logits, targets, _counter(logits.device), STAGES, CHUNK_BYTES,
-                                          WARPS_PER_CTA, 0, FLAGS)
+        return _ext.cross_entropy_tma_pieces(logits, targets)
