@@ -1,7 +1,13 @@
-"""`python -m harness COMMAND`: eval, leaderboard, compare, selfcheck, build, list."""
+"""`python -m harness COMMAND`: eval, leaderboard, compare, selfcheck, build, new, list.
+
+Exit status: 0 when everything evaluated was correct (or the command did what it was asked), 1 when a
+solution was rejected or failed (or, for compare, a figure moved beyond the tolerance), 2 for a usage
+error (an unknown problem, shape, option or file), 130 when interrupted.
+"""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -11,17 +17,30 @@ import torch
 from . import leaderboard
 from .problem import PROBLEMS_DIR, REPO_ROOT, SOLUTIONS_DIR, ProblemError, available_problems, discover_solutions, find_problem
 from .compare import TOLERANCE_PCT, CompareError, compare_runs, describe, outside, render, resolve_runs
-from .records import RESULTS_DIR, append_record, read_records
+from .records import RESULTS_DIR, SCRATCH_RESULTS_DIR, append_record, read_records
 from .report import Reporter
+
+
+class _ShowDefaults(argparse.HelpFormatter):
+    """--help shows each option's default, where it has one worth showing and its help does not say it already."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False, [], argparse.SUPPRESS) or "default" in text or "None:" in text:
+            return text
+        return f"{text} (default: {action.default})"
 
 
 def _parser() -> argparse.ArgumentParser:
     # allow_abbrev=False everywhere: an abbreviation of a hidden option (`--problem` for `--problems-dir`) or of
     # one a subcommand lacks must be a usage error, never a silently different run.
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__, allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    # every subcommand's --help shows its defaults
+    sub.add_parser = functools.partial(sub.add_parser, allow_abbrev=False, formatter_class=_ShowDefaults)
 
-    ev = sub.add_parser("eval", allow_abbrev=False, help="build, check and time solutions of problems, then refresh the leaderboard")
+    ev = sub.add_parser("eval", help="build, check and time solutions of problems, then refresh the leaderboard")
     ev.add_argument("problems", nargs="*", help="problem names (default: all, or the one holding --solution)")
     ev.add_argument("--solution", action="append", default=[], help="a solution file (repeatable); default: every file in solutions/<problem>/")
     ev.add_argument("--seed", type=int, help="replay a run with this master seed (written to results/seeds.jsonl when the run ends)")
@@ -37,35 +56,58 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-baselines", action="store_true", help="skip the eager and torch.compile baselines")
     ev.add_argument("--no-externals", action="store_true", help="skip other libraries (quack, Liger)")
     ev.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    ev.add_argument("--results", type=Path, default=RESULTS_DIR, help="where runs.jsonl and the leaderboard live")
+    ev.add_argument("--results", type=Path, default=None,
+                    help=f"where runs.jsonl and the leaderboard go (default: {RESULTS_DIR.name}/ for GPU runs, the committed figures; "
+                         f"{_relative(SCRATCH_RESULTS_DIR)}/ for CPU runs, which time nothing users should read)")
     ev.add_argument("--problems-dir", type=Path, default=PROBLEMS_DIR, help=argparse.SUPPRESS)
 
-    lb = sub.add_parser("leaderboard", allow_abbrev=False, help="regenerate results/leaderboard.md and .json from runs.jsonl")
-    lb.add_argument("--results", type=Path, default=RESULTS_DIR)
+    lb = sub.add_parser("leaderboard", help="regenerate results/leaderboard.md and .json from runs.jsonl")
+    lb.add_argument("--results", type=Path, default=RESULTS_DIR, help="the folder holding runs.jsonl")
 
-    cp = sub.add_parser("compare", allow_abbrev=False, help="compare two runs' medians entry by entry (are the timings repeatable?)")
+    cp = sub.add_parser("compare", help="compare two runs' medians entry by entry (are the timings repeatable?)")
     cp.add_argument("runs", nargs="*", help="two run ids or unique prefixes (default: the last two runs of --problem)")
     cp.add_argument("--problem", help="compare this problem's last two timed runs")
     cp.add_argument("--tolerance", type=float, default=TOLERANCE_PCT, help="largest change allowed, in percent")
     cp.add_argument("--device-bound-only", action="store_true", help="do not count host-bound entries in the verdict")
-    cp.add_argument("--results", type=Path, default=RESULTS_DIR)
+    cp.add_argument("--results", type=Path, default=RESULTS_DIR, help="the folder holding runs.jsonl")
 
-    sc = sub.add_parser("selfcheck", allow_abbrev=False, help="show that each problem's tolerances reject zeros, constants and wrong inputs")
-    sc.add_argument("problems", nargs="*")
-    sc.add_argument("--device", default=None)
+    sc = sub.add_parser("selfcheck", help="show that each problem's tolerances reject zeros, constants and wrong inputs")
+    sc.add_argument("problems", nargs="*", help="problem names (default: all)")
+    sc.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
 
-    bd = sub.add_parser("build", allow_abbrev=False, help="build every solution's extension in parallel (eval then finds them cached)")
-    bd.add_argument("problems", nargs="*")
-    bd.add_argument("--jobs", type=int, default=4)
+    bd = sub.add_parser("build", help="build every solution's extension in parallel (eval then finds them cached)")
+    bd.add_argument("problems", nargs="*", help="problem names (default: all)")
+    bd.add_argument("--jobs", type=int, default=4, help="builds at once")
 
-    sub.add_parser("list", allow_abbrev=False, help="list problems and their solutions")
+    nw = sub.add_parser("new", help="start a solution file from the problem's simple.py (or a template) and say where to begin")
+    nw.add_argument("problem", help="the problem it solves")
+    nw.add_argument("name", help="the file's name, without .py (solutions/<problem>/<name>.py)")
+
+    sub.add_parser("list", help="list problems and their solutions")
     return parser
 
 
 def _device(name):
-    if name:
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not name:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ProblemError(f"--device {name}: not a device torch knows (cuda or cpu)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ProblemError(f"--device {name}: no CUDA device is visible here (torch {torch.__version__} reports none); "
+                           "leave --device out to run on the CPU")
+    if device.type not in ("cuda", "cpu"):
+        raise ProblemError(f"--device {name}: the harness runs on cuda or cpu")
+    return device
+
+
+def _results_dir(args, device) -> Path:
+    """Where a run's records go: the committed results/ for a GPU run, a scratch folder for a CPU run,
+    unless --results says otherwise."""
+    if args.results is not None:
+        return args.results
+    return RESULTS_DIR if device.type == "cuda" else SCRATCH_RESULTS_DIR
 
 
 def _resolve_solution(text: str) -> Path:
@@ -143,10 +185,13 @@ def cmd_eval(args) -> int:
                                "pure-PyTorch solutions run on the CPU with a wall-clock timer.[/yellow]")
     config = Config(trials=args.trials, budget_s=args.budget, call_timeout_s=args.timeout, build_timeout_s=args.build_timeout,
                     shapes=tuple(args.shape), host_bound_processes=args.host_bound_processes)
-    run = Run(device, args.results / "runs.jsonl", config, seed=args.seed, reporter=reporter)
+    results = _results_dir(args, device)
+    if results == SCRATCH_RESULTS_DIR:
+        reporter.console.print(f"[yellow]CPU run: records go to {_relative(results)}/, not results/ (--results results to keep them)[/yellow]")
+    run = Run(device, results / "runs.jsonl", config, seed=args.seed, reporter=reporter)
     reporter.console.print(f"run {run.run_id}, seed {run.seed} (replay with --seed {run.seed}); device {run.env['gpu']}"
                            + (f", copy bandwidth {run.copy_bw / 1e12:.2f} TB/s" if run.copy_bw else ""))
-    all_records, named_failed = [], False
+    all_records, rejected = [], False
     for problem in problems:
         if named and len(problems) == 1:
             solutions = named
@@ -164,14 +209,14 @@ def cmd_eval(args) -> int:
         records = run.evaluate_problem(problem, _targets(problem, solutions, args, device))
         reporter.table(problem.name, run.env["gpu"], records)
         all_records += records
-        named_failed |= any(r["status"] == "failed" and r["kind"] == "solution" for r in records) and bool(named)
+        rejected |= any(r["status"] == "failed" and r["kind"] == "solution" for r in records)
     # The seed is written only now: nothing a solution could read while the run went on held it.
-    append_record({"run_id": run.run_id, "seed": run.seed, "date": run.env["date"]}, args.results / "seeds.jsonl")
-    summary = leaderboard.regenerate(args.results)
-    reporter.console.print(f"leaderboard: {args.results / 'leaderboard.md'} ({summary['records']} records)")
+    append_record({"run_id": run.run_id, "seed": run.seed, "date": run.env["date"]}, results / "seeds.jsonl")
+    summary = leaderboard.regenerate(results)
+    reporter.console.print(f"leaderboard: {_relative(results / 'leaderboard.md')} ({summary['records']} records)")
     if args.json:
         print(json.dumps(all_records, indent=1, default=str))
-    return 1 if named_failed else 0
+    return 1 if rejected else 0
 
 
 def cmd_compare(args) -> int:
@@ -212,6 +257,15 @@ def cmd_build(args) -> int:
     return 0 if all(ok for ok, _ in outcomes.values()) else 1
 
 
+def cmd_new(args) -> int:
+    from .scaffold import new_solution
+
+    path = new_solution(find_problem(args.problem), args.name)
+    print(f"wrote {_relative(path)}: its header says where to start; check and time it with\n"
+          f"  make eval PROBLEM={args.problem} SOLUTION={_relative(path)}")
+    return 0
+
+
 def cmd_list(_args) -> int:
     for name in available_problems():
         problem = find_problem(name)
@@ -236,6 +290,8 @@ def main(argv=None) -> int:
             return cmd_selfcheck(args)
         if args.command == "build":
             return cmd_build(args)
+        if args.command == "new":
+            return cmd_new(args)
         return cmd_list(args)
     except (ProblemError, CompareError) as error:
         print(f"error: {error}", file=sys.stderr)

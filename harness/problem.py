@@ -318,7 +318,10 @@ def load_problem(directory) -> Problem:
     try:
         spec = yaml.safe_load((directory / "problem.yaml").read_text())
     except yaml.YAMLError as error:
-        raise ProblemError(f"{where}: not valid YAML: {str(error).splitlines()[0]}") from None
+        mark = getattr(error, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        what = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ProblemError(f"{where}{at}: not valid YAML: {what}") from None
     if not isinstance(spec, dict):
         raise ProblemError(f"{where}: must be a mapping of keys to values")
     name = _require(spec, "name", str, where)

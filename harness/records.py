@@ -21,6 +21,8 @@ import torch
 from .problem import REPO_ROOT
 
 RESULTS_DIR = REPO_ROOT / "results"
+# CPU runs (no GPU: nothing timed there is a figure anyone should read) write here unless told otherwise.
+SCRATCH_RESULTS_DIR = REPO_ROOT / ".scratch" / "results"
 
 
 def append_record(record: dict, path: Path) -> None:

@@ -124,3 +124,36 @@ def test_an_abbreviated_or_unknown_option_is_a_usage_error(capsys):
         assert stop.value.code == 2, argv
     capsys.readouterr()
     assert _parser().parse_args(["eval", "--solution", "a.py"]).solution == ["a.py"]  # whole names still work
+
+
+def test_a_cpu_run_writes_to_scratch_and_leaves_the_committed_results_alone(tmp_path, monkeypatch):
+    from harness import cli
+
+    committed, scratch = tmp_path / "results", tmp_path / "scratch"
+    monkeypatch.setattr(cli, "RESULTS_DIR", committed)
+    monkeypatch.setattr(cli, "SCRATCH_RESULTS_DIR", scratch)
+    honest = REPO / "tests" / "adversarial" / "honest_softmax_torch.py"
+    code = cli.main(["eval", "softmax", "--device", "cpu", "--shape", "one_row", "--trials", "2", "--budget", "0.05",
+                     "--no-baselines", "--host-bound-processes", "1", "--solution", str(honest)])
+    assert code == 0
+    assert (scratch / "runs.jsonl").is_file() and (scratch / "leaderboard.md").is_file()
+    assert not committed.exists()
+
+
+def test_a_missing_gpu_is_a_one_line_usage_error(capsys):
+    import torch
+
+    from harness.cli import main
+
+    if torch.cuda.is_available():
+        return
+    assert main(["eval", "softmax", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --device cuda: no CUDA device") and "Traceback" not in err
+
+
+def test_every_option_shows_its_default_in_help():
+    from harness.cli import _parser
+
+    text = _parser()._subparsers._group_actions[0].choices["eval"].format_help()
+    assert "(default: 5)" in text and "(default: 2.0)" in text and "(default: cuda when available)" in text

@@ -68,7 +68,8 @@ def test_solutions_are_discovered():
 
 
 @pytest.mark.parametrize("yaml_text, message", [
-    ("name: x\nreference: [unclosed\n", "not valid YAML"),
+    ("name: x\nreference: [unclosed\n", r"problem.yaml:3:1: not valid YAML"),
+    ("name: x\n  bad: indent\n", r"problem.yaml:2:6: not valid YAML: mapping values are not allowed here"),
     ("- just\n- a list\n", "must be a mapping"),
     ("reference: reference.py\ncost: {bytes: '1'}\nshapes: []\n", "missing required key 'name'"),
     ("name: x\nreference: reference.py\ncost: {bytes: '1'}\nshapes:\n  - {name: a, set: {N: 4}, dtype: float8, use: [timing]}\n", "unknown dtype"),
