@@ -16,20 +16,12 @@ script ends with a summary of any honest variant that fails or cheat that passes
 Shapes whose inputs exceed --max-bytes run as a scaled-down analogue (fewer rows first, then shorter rows, until
 they fit; the name says which); --full runs them as they are (a GPU has the memory; the CPU is slow).
 
-Measured on the H200 (2026-12-04, --device cuda --full --trials 9 --solutions; worst relative error over all
-shapes of the precision families; the problem.yaml comments carry the same figures):
-  infonce       honest: eager 1.8e-7, 3xfp16 emulated 9.6e-7, solution simple 2.1e-7, fast 1.7e-5, fast_v3 3.4e-5
-                cheats: tf32 rn/rz, fp16 gemm (out), cublas tf32 >= 4.8e-4; bf16 gemm >= 3.8e-3; negatives/16
-                >= 0.37 (hard_negatives)                                              -> rtol = rel_l2 = 1.5e-4
-  cross_entropy honest: eager 1.4e-6 (CPU 4.7e-6), chunked 4.4e-6, solutions <= 4.5e-7
-                cheats: bf16 output >= 1.0e-3, rows/16 >= 8.6e-3, first rows/16 >= 5.2e-3, classes/16 >= 2.8e-2,
-                bf16 compute >= 1.2e-4 (fp32 shapes)                                  -> rtol = rel_l2 = 5e-5
-  softmax       eager relative L2: GPU <= 1.2e-6 (fp32 shapes), CPU up to 9.8e-5 on huge_row -> fp32 rel_l2 = 3e-4
+The figures measured on the H200 and the tolerances chosen from them are in the comments of each problem.yaml.
 
 Honest variants
   fp32 eager        the reference module at the problem's dtype (what `eager` is timed as)
   3xfp16 emulated   (InfoNCE) products of hi = fp16(x) and lo = fp16(2^11 (x - hi)), hi.hi + 2^-11 (lo.hi + hi.lo)
-                    accumulated in fp32, the rest in fp32: the products of solutions/infonce/fast_v3.py
+                    accumulated in fp32, the rest in fp32: the products of the shipped InfoNCE kernel
   fp32 chunked      (cross-entropy) a per-row log-sum-exp over 16 column blocks merged in fp32, row losses summed
                     in 64 sequential fp32 chains: another reduction order, as a fast kernel has
   solution NAME     (--solutions, cuda) solutions/<problem>/NAME.py's ModelNew, its output as it returns it
@@ -54,14 +46,12 @@ import dataclasses
 import math
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.correctness import check_output, native_reference, reference_output  # noqa: E402
-from harness.problem import discover_solutions, find_problem, load_module  # noqa: E402
+import lab
+from lab import check_output, native_reference, reference_output
 
 # Dimensions shrunk to make a shape's analogue fit --max-bytes, in this order, each halved down to 4 before the
 # next: the rows first (the row length, the feature size, is what a row's error depends on).
@@ -195,14 +185,13 @@ def scalar_error(value, truth):
 def solution_variants(problem, device):
     """ModelNew of every solutions/<problem>/*.py, built per shape (its constructor may read shared constants)."""
     variants = {}
-    for path in discover_solutions(problem.name):
-        module = load_module(path, f"calibrate_{problem.name}_{path.stem}")
+    for path in lab.solution_paths(problem):
+        module = lab.load_solution(problem, path)
         models = {}
 
         def run(shape, inputs, module=module, models=models):
             if shape.name not in models:
-                problem.apply_constants(shape, module)
-                models[shape.name] = module.ModelNew(*problem.module.get_init_inputs()).to(device).eval()
+                models[shape.name] = lab.model(problem, shape, device, module)
             return models[shape.name](*inputs)
         variants[f"solution {path.stem}"] = ("honest", run)
     return variants
@@ -226,7 +215,7 @@ def run_problem(problem, device, trials, max_bytes, rows, seed0, solutions=None)
         for k in range(trials):
             seed = seed0 + k
             family = problem.family_of(seed)
-            inputs = problem.make_inputs(shape, seed, device)
+            inputs = lab.draw(problem, shape, seed, device)
             truth = reference_output(problem, shape, inputs, device)
             for name, (kind, fn) in variants.items():
                 with torch.no_grad():
@@ -276,11 +265,10 @@ def main(argv=None) -> int:
     if args.device == "cpu":
         torch.set_num_threads(max(1, torch.get_num_threads()))
     if args.self_check:
-        from harness.correctness import self_check
         bad = 0
         for name in args.problems:
             started = time.time()
-            lines = self_check(find_problem(name), args.device)
+            lines = lab.self_check(lab.problem(name), args.device)
             wrong = [line for line in lines if not line.ok]
             bad += len(wrong)
             print(f"self-check {name} on {args.device}: {len(lines) - len(wrong)}/{len(lines)} cases as expected "
@@ -291,7 +279,7 @@ def main(argv=None) -> int:
     rows = []
     print(f"{'problem':13s} {'shape':34s} {'family':15s} {'variant':16s} {'kind':6s} {'worst err':>10s}  verdict at the problem's tolerance")
     for name in args.problems:
-        problem = find_problem(name)
+        problem = lab.problem(name)
         solutions = solution_variants(problem, args.device) if args.solutions else None
         run_problem(problem, args.device, args.trials, float("inf") if args.full else args.max_bytes, rows, args.seed, solutions)
     print("\nper variant and family, over shapes: smallest and largest worst-error, and shapes where check_output")
@@ -305,7 +293,7 @@ def main(argv=None) -> int:
     for (problem, kind, name, family), (lo, hi, rejected, total) in sorted(table.items()):
         print(f"  {problem:13s} {kind:6s} {name:16s} {family:15s} min {lo:9.2e} max {hi:9.2e}  rejected on {rejected}/{total} shapes")
     for problem in args.problems:
-        print(f"  {problem} tolerance: {find_problem(problem).tolerance}")
+        print(f"  {problem} tolerance: {lab.problem(problem).tolerance}")
     caught, largest = {}, {}
     for problem, shape, family, name, kind, err, verdict in rows:
         if kind == "cheat":
