@@ -1,66 +1,74 @@
 #!/usr/bin/env bash
-# One batched session on an offline GPU machine, as used for the shipped results. Steps run in order:
-#   wheels        install the optional comparison packages carried in .whl/ (+ the split cutlass wheel)
-#   restore       unpack a build cache that an earlier call's `pack` returned (carry it as .build_device/)
-#   build         build every solution's extension in parallel (only what changed, after `restore`)
-#   eval:NAME     make eval PROBLEM=NAME (logs and results to $OUT)
-#   tests         the GPU-marked tests, four at a time to save device time (`make test` runs them one at a time)
-#   crosscheck    harness timing vs triton.testing.do_bench
-#   check:NAME    benchmarks/check_NAME.py
-#   old-eval:NAME the harness as it was before the trust boundary moved, wall time only; make .old/ first:
-#                 mkdir .old && git archive dcc4c38 harness problems solutions | tar -x -C .old (then carry .old)
-#   trust         the trust-boundary suite on the GPU (tests/test_trust_boundary.py, tests/test_adversarial.py -m gpu)
-#   pack          results/ and the build cache (with its object files, ~10 MB) back to $OUT
+# A batch of GPU work in one call, on any CUDA machine: benchmarks/device_session.sh STEP [STEP ...]
+# Steps run in the order given, from the repository root; each step's log goes to $OUT (a failed step does not
+# stop the next). Steps:
+#   wheels         install the optional comparison libraries (quack, Liger and what they need) offline from
+#                  $WHEELS/*.whl into $SITE; later steps, in this call and later ones, import from there
+#   restore        unpack a build cache that `pack` wrote ($BUILD_CACHE), so that `build` rebuilds nothing
+#   build          build every solution's extension in parallel (python -m harness build)
+#   eval:PROBLEM   make eval PROBLEM=PROBLEM (extra arguments in $EVAL_ARGS); results/ as the run leaves it
+#   old-eval:PROBLEM  the same with an older harness, for its wall time only: make it first with
+#                  mkdir "$OLD" && git archive REV harness problems solutions | tar -x -C "$OLD"
+#   tests          the GPU-marked tests, $TEST_JOBS at a time (pytest-xdist when more than one)
+#   trust          the trust-boundary and exploit suites on the GPU
+#   check:PROBLEM  benchmarks/check.py PROBLEM --quick (correctness of every solution, timing beside eager)
+#   timing         benchmarks/timing_check.py: the harness's timing against do_bench, every timing shape
+#   pack           results/ and the build cache (object files included: without them ninja rebuilds) into $OUT
+# Environment (defaults): OUT (out/), PYTHON (.venv/bin/python if present, else python3), WHEELS (.whl),
+# SITE ($TMPDIR/device-session-site), BUILD_CACHE ($OUT/build_cache.tgz), OLD (.old), TEST_JOBS (4).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/out}
+OUT=${OUT:-out}
+PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+case "$PYTHON" in */*) PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" ;; esac  # old-eval runs elsewhere
+TEST_JOBS=${TEST_JOBS:-4}
+WHEELS=${WHEELS:-.whl}
+SITE=${SITE:-${TMPDIR:-/tmp}/device-session-site}
+BUILD_CACHE=${BUILD_CACHE:-$OUT/build_cache.tgz}
+OLD=${OLD:-.old}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1
-if [ -d /tmp/site ]; then export PYTHONPATH=/tmp/sitecust; fi
+# The wheels' packages need their .pth files processed: a sitecustomize beside them adds $SITE as a site dir.
+if [ -d "$SITE/.custom" ]; then export PYTHONPATH="$SITE/.custom${PYTHONPATH:+:$PYTHONPATH}"; fi
 log() { echo "=== $(date +%T) $*" | tee -a "$OUT/session.log"; }
+timed() { local start=$SECONDS; "$@"; log "took $((SECONDS - start)) s"; }
+
 for step in "$@"; do
   case "$step" in
-    keep-part)
-      mkdir -p /tmp/keep && cp .whl_parts/* /tmp/keep/ && ls -la /tmp/keep ;;
     wheels)
-      log wheels
-      if [ -f .whl_parts_b/ab ] && [ -f /tmp/keep/aa ]; then
-        cat /tmp/keep/aa .whl_parts_b/ab > .whl/nvidia_cutlass_dsl_libs_cu12-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
-      fi
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -3
-      mkdir -p /tmp/sitecust && echo "import site; site.addsitedir('/tmp/site')" > /tmp/sitecust/sitecustomize.py
-      export PYTHONPATH=/tmp/sitecust
-      python3 -c "import quack.softmax, liger_kernel; print('quack and liger import')" 2>&1 | tail -2 ;;
+      log "wheels from $WHEELS into $SITE"
+      "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$WHEELS"/*.whl 2>&1 | tail -3
+      mkdir -p "$SITE/.custom" && echo "import site; site.addsitedir('$SITE')" > "$SITE/.custom/sitecustomize.py"
+      export PYTHONPATH="$SITE/.custom${PYTHONPATH:+:$PYTHONPATH}"
+      "$PYTHON" -c "import quack, liger_kernel; print('quack and liger import')" 2>&1 | tail -1 ;;
     restore)
-      log restore; tar xzf .build_device/build_cache.tgz && du -sh .build ;;
+      log "restore $BUILD_CACHE"; tar xzf "$BUILD_CACHE" && du -sh .build ;;
     build)
-      log build; timeout 900 python3 -m harness build --jobs 8 2>&1 | tee -a "$OUT/build.log" ;;
+      log build; timed timeout 1800 "$PYTHON" -m harness build --jobs 8 2>&1 | tee -a "$OUT/build.log" | tail -20 ;;
     eval:*)
       name=${step#eval:}; log "eval $name"
-      if command -v make >/dev/null; then cmd=(make eval PROBLEM="$name" PYTHON=python3 ARGS="${EVAL_ARGS:-}");
-      else cmd=(python3 -m harness eval "$name" ${EVAL_ARGS:-}); fi
-      start=$(date +%s)
-      timeout 1500 "${cmd[@]}" 2>&1 | tee -a "$OUT/eval_$name.log" | grep -v "^  "
-      log "eval $name took $(( $(date +%s) - start )) s"
+      if command -v make > /dev/null; then cmd=(make eval PROBLEM="$name" PYTHON="$PYTHON" ARGS="${EVAL_ARGS:-}")
+      else cmd=("$PYTHON" -m harness eval "$name" ${EVAL_ARGS:-}); fi
+      timed timeout 1800 "${cmd[@]}" 2>&1 | tee -a "$OUT/eval_$name.log" | grep -v "^  "
       cp results/runs.jsonl "$OUT/" 2>/dev/null ;;
     old-eval:*)
-      name=${step#old-eval:}; log "old eval $name"
-      start=$(date +%s)
-      (cd .old && timeout 1500 python3 -m harness eval "$name" ${EVAL_ARGS:-} --results /tmp/old_results > "$OUT/old_eval_$name.log" 2>&1)
-      log "old eval $name took $(( $(date +%s) - start )) s" ;;
-    trust)
-      log trust; timeout 900 python3 -m pytest -q -m gpu -ra --tb=short tests/test_trust_boundary.py tests/test_adversarial.py 2>&1 | tee "$OUT/tests_trust.log" | tail -30 ;;
+      name=${step#old-eval:}; log "old eval $name in $OLD"
+      (cd "$OLD" && timed timeout 1800 "$PYTHON" -m harness eval "$name" ${EVAL_ARGS:-} --results "$OUT/old_results" > "$OUT/old_eval_$name.log" 2>&1) ;;
     tests)
-      log tests; timeout 900 python3 -m pytest -q -m gpu -ra --tb=short -n 4 2>&1 | tee "$OUT/tests_gpu.log" | tail -30 ;;
-    crosscheck)
-      log crosscheck; timeout 900 python3 benchmarks/crosscheck_do_bench.py 2>&1 | tee "$OUT/crosscheck.log" ;;
+      jobs=(); [ "$TEST_JOBS" -gt 1 ] && jobs=(-n "$TEST_JOBS")
+      log tests; timed timeout 1800 "$PYTHON" -m pytest -q -m gpu -ra --tb=short "${jobs[@]}" 2>&1 | tee "$OUT/tests_gpu.log" | tail -30 ;;
+    trust)
+      log trust; timed timeout 1800 "$PYTHON" -m pytest -q -m gpu -ra --tb=short tests/test_trust_boundary.py tests/test_adversarial.py 2>&1 | tee "$OUT/tests_trust.log" | tail -30 ;;
     check:*)
-      name=${step#check:}; log "check $name"; timeout 600 python3 "benchmarks/check_$name.py" --quick 2>&1 | tee "$OUT/check_$name.log" | tail -40 ;;
+      name=${step#check:}; log "check $name"
+      timed timeout 1800 "$PYTHON" benchmarks/check.py "$name" --quick 2>&1 | tee "$OUT/check_$name.log" | grep -v "^  PASS" | tail -40 ;;
+    timing)
+      log timing; timed timeout 1800 "$PYTHON" benchmarks/timing_check.py --json "$OUT/timing_check.json" 2>&1 | tee "$OUT/timing_check.log" ;;
     pack)
       log pack
       cp results/runs.jsonl results/leaderboard.md results/leaderboard.json "$OUT/" 2>/dev/null
-      # With the object files: without them ninja rebuilds everything (it did, fourth session).
       tar czf "$OUT/build_cache.tgz" .build 2>/dev/null; ls -la "$OUT" ;;
-    *) echo "unknown step $step" ;;
+    *) log "unknown step $step (see the list at the top of $0)" ;;
   esac
 done
