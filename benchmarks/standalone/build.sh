@@ -20,7 +20,6 @@ gen_headers() {  # SRC_ROOT GEN_DIR
     local ce="$src/solutions/cross_entropy/tma_pieces.py"
     [ -f "$ce" ] || ce="$src/solutions/cross_entropy/fast_v3.py"  # a BASE revision before the rename
     python3 "$here/extract_src.py" "$ce" "$out/ce_v3.cuh"
-    python3 "$here/extract_src.py" "$src/solutions/softmax/register_rows.py" "$out/softmax_v4.cuh" _v1_kernels_src _v4_kernels_src
     python3 "$here/extract_src.py" "$src/solutions/infonce/fast_v3.py" "$out/infonce_v3.cuh"
     python3 "$here/extract_src.py" "$src/solutions/infonce/fast.py" "$out/infonce_fast_full.cuh" _cuda_src
     python3 - "$out/infonce_fast_full.cuh" "$out/infonce_fast_dev.cuh" <<'EOF_PY'
@@ -32,6 +31,8 @@ open(sys.argv[2], "w").write("".join(lines[start:end + 1]))
 EOF_PY
 }
 gen_headers "$root" "$gen"
+# softmax_regs.cu (not built from a BASE revision) compiles register_rows.py's device string.
+python3 "$here/extract_src.py" "$root/solutions/softmax/register_rows.py" "$gen/softmax_register_rows.cuh" _device_src
 for src in "$here"/*.cu; do
     name=$(basename "$src" .cu)
     case "$name" in infonce_bench|wgmma_rate|stream_probe|merge_probe) continue ;; esac  # need sm_90a: built below

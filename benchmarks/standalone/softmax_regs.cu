@@ -1,6 +1,8 @@
-// Standalone softmax bench for fast_v4's register kernels (no torch): built here with nvcc (build.sh),
-// carried to the H200 as a binary. fast_v4's kernels are compiled from its solution file (extract_src.py),
-// not copied; the launches below mirror its host code.
+// Standalone softmax bench for the register kernels of solutions/softmax/register_rows.py (no torch): built
+// here with nvcc (build.sh), carried to the H200 as a binary. The kernels are compiled from the solution
+// file's device string (extract_src.py), not copied; the launches below mirror its host code, and the other
+// template arguments (threads, 16-byte units per thread, CTAs per SM, e as fp16 or fp32) are the variants
+// kept for experiments beside the shipped ones.
 //
 //   softmax_regs [long|rows|all] [reps]
 //
@@ -21,7 +23,7 @@
 #include <string>
 
 #include "common.cuh"
-#include "softmax_v4.cuh"
+#include "softmax_register_rows.cuh"
 
 // Roughly normal values (a sum of 4 uniforms, spread about +-4 * scale); every row also gets a shift, so
 // that row maxima differ.
@@ -90,25 +92,25 @@ __global__ void check_kernel(const T* x, const T* y, int64_t cols, double* worst
     if (nans) atomicAdd(nan_count, nans);
 }
 
-// fast_v4's launch_seg_t without torch: the row counters zeroed, then one CTA per segment. `ws` holds the
-// pairs (rows * P) and then the counters (rows).
+// register_rows.py's launch_seg without torch: the row counters zeroed, then one CTA per segment. `ws` holds
+// the pairs (rows * P) and then the counters (rows).
 template <class T, int THREADS, int VPT, int MINB>
 struct Seg {
     static int64_t segments(int64_t cols) { return (cols / (16 / (int)sizeof(T)) + THREADS * VPT - 1) / (THREADS * VPT); }
-    static void launch(const T* x, T* y, int64_t rows, int64_t cols, int flags, MS* ws) {
+    static void launch(const T* x, T* y, int64_t rows, int64_t cols, MS* ws) {
         const int64_t P = segments(cols);
         unsigned* cnt = reinterpret_cast<unsigned*>(ws + rows * P);
         CK(cudaMemsetAsync(cnt, 0, rows * 4));
-        softmax_seg_kernel<T, THREADS, VPT, MINB><<<(unsigned)(rows * P), THREADS>>>(x, y, cols, (int)P, ws, cnt, flags);
+        softmax_seg_kernel<T, THREADS, VPT, MINB><<<(unsigned)(rows * P), THREADS>>>(x, y, cols, (int)P, ws, cnt);
     }
 };
 
-// fast_v4's launch_v4_t for a one-row-per-CTA variant (STAGES = 0).
-template <class T, int THREADS, int VPT, int MINB, bool RECOMP, bool HALF_E>
+// register_rows.py's launch_rows: one CTA per row.
+template <class T, int THREADS, int VPT, int MINB, bool HALF_E>
 struct Rows {
     static int64_t segments(int64_t) { return 1; }
-    static void launch(const T* x, T* y, int64_t rows, int64_t cols, int flags, MS*) {
-        softmax_v4_kernel<T, THREADS, VPT, MINB, 0, RECOMP, HALF_E><<<(unsigned)rows, THREADS>>>(x, y, rows, cols, flags);
+    static void launch(const T* x, T* y, int64_t rows, int64_t cols, MS*) {
+        softmax_v4_kernel<T, THREADS, VPT, MINB, HALF_E><<<(unsigned)rows, THREADS>>>(x, y, rows, cols);
     }
 };
 
@@ -120,14 +122,14 @@ struct Buffers {
 };
 
 template <class T, class S>
-static bool run_case(const char* name, int64_t rows, int64_t cols, int flags, int reps, Buffers& b, uint32_t seed) {
+static bool run_case(const char* name, int64_t rows, int64_t cols, int reps, Buffers& b, uint32_t seed) {
     const int64_t n = rows * cols;
     T* x = (T*)b.x;
     T* y = (T*)b.y;
     fill_kernel<T><<<g_sms * 8, 512>>>(x, n, cols, 2.f, seed);
     poison_kernel<T><<<g_sms * 8, 512>>>(y, n);
     CK(cudaMemset(b.nans, 0, 4));
-    S::launch(x, y, rows, cols, flags, b.ws);
+    S::launch(x, y, rows, cols, b.ws);
     CK(cudaGetLastError());
     check_kernel<T><<<(unsigned)rows, 512>>>(x, y, cols, b.ea, b.er, b.nans);
     CK(cudaDeviceSynchronize());
@@ -140,10 +142,10 @@ static bool run_case(const char* name, int64_t rows, int64_t cols, int flags, in
     const bool fp32 = sizeof(T) == 4;
     const bool ok = nans == 0 && wr < (fp32 ? 1e-4 : 1e-2);
     const double bytes = 2.0 * n * sizeof(T);
-    printf("%-34s %6lldx%-8lld P=%-4lld flags=%d  %s (worst abs %.2e, rel-to-max %.2e, NaN %d)",
-           name, (long long)rows, (long long)cols, (long long)S::segments(cols), flags, ok ? "ok  " : "FAIL", wa, wr, nans);
+    printf("%-34s %6lldx%-8lld P=%-4lld  %s (worst abs %.2e, rel-to-max %.2e, NaN %d)",
+           name, (long long)rows, (long long)cols, (long long)S::segments(cols), ok ? "ok  " : "FAIL", wa, wr, nans);
     if (reps > 0) {
-        const double ms = time_median([&] { S::launch(x, y, rows, cols, flags, b.ws); }, reps);
+        const double ms = time_median([&] { S::launch(x, y, rows, cols, b.ws); }, reps);
         printf("  %.4f ms  %.3f TB/s", ms, bytes / ms / 1e9);
     }
     printf("\n");
@@ -173,51 +175,49 @@ int main(int argc, char** argv) {
     printf("device copy, %.2f GB read + written: %.4f ms  %.3f TB/s\n", 2.0 * max_bytes / 1e9, copy_ms, 2.0 * max_bytes / copy_ms / 1e9);
 
     using B = __nv_bfloat16;
-    using S37 = Seg<float, 128, 36, 3>;  // fast_v4's variant ids
-    using S38 = Seg<float, 128, 24, 4>;
-    using S33 = Seg<float, 512, 6, 3>;
-    using S31 = Seg<float, 512, 8, 2>;
-    using S43 = Seg<B, 128, 12, 4>;
-    using S41 = Seg<B, 512, 4, 2>;
-    const int stcs = kStCs;  // the auto hint for long rows
+    // long rows: threads x 16-byte units per thread, CTAs per SM (the first of each dtype is the shipped one)
+    using SegF36 = Seg<float, 128, 36, 3>;
+    using SegF24 = Seg<float, 128, 24, 4>;
+    using SegF512x6 = Seg<float, 512, 6, 3>;
+    using SegF512x8 = Seg<float, 512, 8, 2>;
+    using SegB12 = Seg<B, 128, 12, 4>;
+    using SegB512x4 = Seg<B, 512, 4, 2>;
     bool all = true;
     uint32_t seed = 1;
     if (mode == "long" || mode == "all") {
         // correctness only: partial last segments, P > 32 (several pairs per lane), P = 2, bf16
-        all &= run_case<float, S37>("37 partial segment", 7, 393216 + 4 * 37, stcs, 0, b, seed++);
-        all &= run_case<float, S37>("37 P=114", 2, 4 << 20, stcs, 0, b, seed++);
-        all &= run_case<float, S38>("38 P=2", 300, 2 * 128 * 24 * 4, stcs, 0, b, seed++);
-        all &= run_case<B, S43>("43 bf16", 64, 393216 + 8, stcs, 0, b, seed++);
-        all &= run_case<B, S43>("43 bf16 partial", 33, 200008, stcs, 0, b, seed++);
-        // timed: the fp32 timing shape (auto 37 against the older variants), other widths, bf16 long rows
+        all &= run_case<float, SegF36>("128x36 partial segment", 7, 393216 + 4 * 37, 0, b, seed++);
+        all &= run_case<float, SegF36>("128x36 P=114", 2, 4 << 20, 0, b, seed++);
+        all &= run_case<float, SegF24>("128x24 P=2", 300, 2 * 128 * 24 * 4, 0, b, seed++);
+        all &= run_case<B, SegB12>("bf16 128x12", 64, 393216 + 8, 0, b, seed++);
+        all &= run_case<B, SegB12>("bf16 128x12 partial", 33, 200008, 0, b, seed++);
+        // timed: the fp32 timing shape (shipped against the other shapes), other widths, bf16 long rows
         for (int rep = 0; rep < 2; ++rep) {
-            all &= run_case<float, S37>("37 (auto): 128x36, 72 KB, 3 CTA/SM", 4096, 393216, stcs, reps, b, seed++);
-            all &= run_case<float, S38>("38: 128x24, 48 KB, 4 CTA/SM", 4096, 393216, stcs, reps, b, seed++);
-            all &= run_case<float, S33>("33: 512x6, 48 KB, 3 CTA/SM", 4096, 393216, stcs, reps, b, seed++);
-            all &= run_case<float, S31>("31: 512x8, 64 KB, 2 CTA/SM", 4096, 393216, stcs, reps, b, seed++);
+            all &= run_case<float, SegF36>("128x36, 72 KB, 3 CTA/SM (shipped)", 4096, 393216, reps, b, seed++);
+            all &= run_case<float, SegF24>("128x24, 48 KB, 4 CTA/SM", 4096, 393216, reps, b, seed++);
+            all &= run_case<float, SegF512x6>("512x6, 48 KB, 3 CTA/SM", 4096, 393216, reps, b, seed++);
+            all &= run_case<float, SegF512x8>("512x8, 64 KB, 2 CTA/SM", 4096, 393216, reps, b, seed++);
         }
-        all &= run_case<float, S37>("37 (auto)", 2048, 262144, stcs, reps, b, seed++);
-        all &= run_case<float, S37>("37 (auto)", 1024, 1048576, stcs, reps, b, seed++);
-        all &= run_case<B, S43>("43 (auto bf16): 128x12, 24 KB, 4 CTA/SM", 4096, 393216, stcs, reps, b, seed++);
-        all &= run_case<B, S41>("41: 512x4, 32 KB, 2 CTA/SM", 4096, 393216, stcs, reps, b, seed++);
+        all &= run_case<float, SegF36>("128x36 (shipped)", 2048, 262144, reps, b, seed++);
+        all &= run_case<float, SegF36>("128x36 (shipped)", 1024, 1048576, reps, b, seed++);
+        all &= run_case<B, SegB12>("bf16 128x12, 24 KB, 4 CTA/SM (shipped)", 4096, 393216, reps, b, seed++);
+        all &= run_case<B, SegB512x4>("bf16 512x4, 32 KB, 2 CTA/SM", 4096, 393216, reps, b, seed++);
     }
     if (mode == "rows" || mode == "all") {
-        // fast_v4's auto variants 1 / 18 / 17 (plain loads and stores), and older bf16 variants 19 / 23 / 12
-        using R1 = Rows<float, 512, 8, 2, false, false>;
-        using R18 = Rows<B, 1024, 4, 2, false, true>;
-        using R19 = Rows<B, 512, 8, 2, false, true>;
-        using R23 = Rows<B, 512, 8, 2, true, false>;
-        using R17 = Rows<B, 32, 16, 24, false, true>;
-        using R12 = Rows<B, 64, 8, 10, false, false>;
-        all &= run_case<B, R18>("18 partial row", 77, 32768 - 8 * 130, 0, 0, b, seed++);
-        all &= run_case<B, R17>("17 partial row", 77, 4096 - 8 * 13, 0, 0, b, seed++);
+        // the shipped row kernels (fp32 16384, bf16 32768, bf16 4096) and other shapes of the same templates
+        using RowsF = Rows<float, 512, 8, 2, false>;
+        using RowsB1024 = Rows<B, 1024, 4, 2, true>;
+        using RowsB512 = Rows<B, 512, 8, 2, true>;
+        using RowsBWarp = Rows<B, 32, 16, 24, true>;
+        using RowsB64F32 = Rows<B, 64, 8, 10, false>;
+        all &= run_case<B, RowsB1024>("bf16 1024x4 partial row", 77, 32768 - 8 * 130, 0, b, seed++);
+        all &= run_case<B, RowsBWarp>("bf16 32x16 partial row", 77, 4096 - 8 * 13, 0, b, seed++);
         for (int rep = 0; rep < 2; ++rep) {
-            all &= run_case<float, R1>("1 (auto fp32 16384)", 8192, 16384, 0, reps, b, seed++);
-            all &= run_case<B, R18>("18 (auto bf16 32768): fp16 e, 1024 thr", 16384, 32768, 0, reps, b, seed++);
-            all &= run_case<B, R19>("19: fp16 e, 512 thr", 16384, 32768, 0, reps, b, seed++);
-            all &= run_case<B, R23>("23: recompute, 512 thr", 16384, 32768, 0, reps, b, seed++);
-            all &= run_case<B, R17>("17 (auto bf16 4096): fp16 e, one warp", 32768, 4096, 0, reps, b, seed++);
-            all &= run_case<B, R12>("12: 64 thr", 32768, 4096, 0, reps, b, seed++);
+            all &= run_case<float, RowsF>("512x8 (shipped fp32 16384)", 8192, 16384, reps, b, seed++);
+            all &= run_case<B, RowsB1024>("1024x4, fp16 e (shipped bf16 32768)", 16384, 32768, reps, b, seed++);
+            all &= run_case<B, RowsB512>("512x8, fp16 e", 16384, 32768, reps, b, seed++);
+            all &= run_case<B, RowsBWarp>("32x16, fp16 e (shipped bf16 4096)", 32768, 4096, reps, b, seed++);
+            all &= run_case<B, RowsB64F32>("64x8, fp32 e", 32768, 4096, reps, b, seed++);
         }
     }
     printf(all ? "ALL CORRECT\n" : "SOME CASES FAILED\n");

@@ -1,35 +1,46 @@
-"""Row-wise softmax at the HBM bandwidth limit (H200, sm_90), version 4: rows that fit one SM.
+"""Row-wise softmax over the last dimension, float32 and bfloat16, at the HBM bandwidth limit (sm_90).
 
-Targets the timing shapes with rows <= 64 KB (8192x16384 fp32, 32768x4096 bf16, 16384x32768 bf16).
-Every row lives in REGISTERS of one CTA (no clusters, no shared-memory copy of the row):
-  * thread t holds units u = i*THREADS + t (16-byte loads, coalesced), all issued back to back;
-  * thread max -> e = 2^(x*log2e - ref_t) (one ex2 per element; for bf16 rows, e is kept as fp16 pairs in
-    the packed row's registers (HALF_E), or, RECOMP, recomputed from the packed row at the end: two ex2 per
-    element) -> one block reduction of (max, sum) pairs (max by shuffles first, then a single rescale and
-    a plain sum) -> scaled stores;
-  * PERSISTENT variants: grid = the CTAs that fit; each CTA strides over rows and issues the next
-    row's loads (STAGES rows ahead) before the current row's reduction and stores, so per-row fixed
-    costs and load latency overlap (matters most for 8 KB rows);
-  * cache hints (plain vs ld.global.cs / st.global.cs), threads per row, CTAs per SM are knobs:
-    softmax_fast_v4(x, variant, hint, ctas_per_sm), 0 = auto. benchmarks/bench_softmax_v4.py sweeps them.
-Rows longer than 64 KB (4096x393216) are cut into segments of one CTA's registers (fp32: 128 threads x 36
-16-byte units = 72 KB, 3 CTAs/SM): each CTA publishes its segment's (max, sum) pair, counts itself in, waits
-for the row's other segments (their CTAs run beside it) and writes its part; no clusters. Misaligned / odd
-widths and narrow rows run v1's kernels (solutions/softmax/fast.py), copied verbatim.
-Tried and removed (docs/perf-notes/softmax.md; the code is in git history at c1d0edf): rows split over 2- or
-4-CTA clusters (quack's structure), and long rows in two passes with the second read from L2.
+x is read from HBM once and y written once; the math is fp32 in the log2 domain. A row is "aligned" when its
+bytes are a multiple of 16 and x and y start on 16-byte boundaries. Dispatch, by row:
+  * Aligned rows of up to 64 KB that fill more than half of a register kernel (softmax_v4_kernel): one CTA
+    per row, the whole row in registers. Thread t loads the 16-byte units i*THREADS + t (coalesced, all
+    issued before the first use; past the row they read as -inf), takes its max, replaces x by
+    e = 2^(x*log2e - ref_t) (one ex2 per element; bf16 rows keep e as fp16 pairs in the packed row's
+    registers), then one block reduction of (max, sum) pairs (max by shuffles first, then one rescale and a
+    plain sum) and y = e * 2^(ref_t - M) / S, with plain loads and stores.
+  * Aligned rows longer than 64 KB (softmax_seg_kernel): cut into segments that fill one CTA's registers,
+    held as above. Each CTA publishes its segment's pair, counts itself in on the row's counter, waits for
+    the row's other segments (their CTAs are dispatched beside it), merges the pairs and writes its part
+    with streaming stores. No clusters and no grid barrier.
+  * Everything else: misaligned or odd widths, and aligned rows that no register kernel takes
+    (softmax_smem_kernel). A row slice goes to shared memory (TMA bulk copies for aligned rows, element
+    loads otherwise); an online (max, sum) pass reads it there, then the slice is normalised from shared
+    memory with streaming stores. Rows over 64 KB are split over a cluster of up to 16 CTAs whose pairs
+    merge through DSMEM. Rows beyond a 16-CTA cluster's shared memory, or a 16-CTA cluster the GPU cannot
+    place, take two kernels (softmax_partial_kernel, softmax_finalize_kernel) through a small workspace,
+    reading x twice.
+Invariants:
+  * The row max is rounded once into the log2 domain, and the same rounded value scales the sum and the
+    outputs, so its rounding cancels in the normalisation.
+  * An all -inf row gives NaN (S = 0), as torch does; +inf and NaN propagate to their row. A thread or CTA
+    that holds only -inf carries the pair (-inf, 0), which merges without producing NaN.
+  * bf16 rows keep e as fp16: 0 < e <= 1 with 11 significant bits, and fp16 subnormals reach 2^-24, so
+    storing e adds at most 2^-12 relative (or 3e-8 absolute) to y before y's own bf16 rounding (2^-9).
+    The sum is taken from the fp32 values.
+  * A segment CTA waits only for segments of its own row. Progress does not rest on the dispatch order: a
+    wait longer than 0.5 ms recomputes the row's pair from x (a read-only input), so a scheduling surprise
+    costs time, never a hang or a wrong answer. The segment workspace (pairs, counters) comes from torch's
+    allocator on the current stream, the counters zeroed for every call.
 """
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-# v1 (solutions/softmax/fast.py) kernels, copied verbatim (plus <type_traits>).
-_v1_kernels_src = r"""
+_device_src = r"""
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cooperative_groups.h>
 #include <cstdint>
-#include <type_traits>
 
 namespace cg = cooperative_groups;
 
@@ -162,7 +173,7 @@ struct Acc {
     __device__ __forceinline__ MS pair() const { return {m == -INFINITY ? -INFINITY : ref, s}; }
 };
 
-// ---------------------------------------------------------------- main kernel
+// ---------------------------------------------------------------- rows the register kernels do not take
 // One cluster of `csize` CTAs per row; CTA `rank` owns units [rank*upc, (rank+1)*upc) of the row,
 // kept in dynamic smem between the two passes.
 template <typename T, bool kVec>
@@ -292,11 +303,9 @@ softmax_finalize_kernel(const T* __restrict__ x, T* __restrict__ y, const MS* __
         store_unit(dst + (int64_t)u * N, f);
     }
 }
-"""
 
-_v4_kernels_src = r"""
-// ================================================================ v4 kernels: rows <= 64 KB in registers
-// bit patterns of -inf used to fill predicated-off 16-byte units
+// ================================================================ aligned rows: the row in registers
+// bit patterns of -inf, for the 16-byte units past the end of a row
 template <typename T> struct NegInfBits;
 template <> struct NegInfBits<float> { static constexpr uint32_t v = 0xff800000u; };
 template <> struct NegInfBits<__nv_bfloat16> { static constexpr uint32_t v = 0xff80ff80u; };
@@ -313,7 +322,7 @@ __device__ __forceinline__ void unpack_unit(const uint4& v, float (&f)[8]) {
         f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     }
 }
-// Plain (write-back) 16-byte stores; v1's store_unit is the streaming (.cs) flavour.
+// Plain (write-back) 16-byte stores; store_unit above is the streaming (.cs) flavour.
 __device__ __forceinline__ void store_unit_wb(float* p, const float (&f)[4]) {
     *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
 }
@@ -321,9 +330,8 @@ __device__ __forceinline__ void store_unit_wb(__nv_bfloat16* p, const float (&f)
     *reinterpret_cast<uint4*>(p) = make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
                                               pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
 }
-// Same as unpack_unit, but opaque to the compiler, so that the recompute passes re-derive the floats
-// from the packed row instead of the compiler keeping all of them live (which spills).
-__device__ __forceinline__ void unpack_unit_rc(const uint4& v, float (&f)[4]) { unpack_unit(v, f); }
+// unpack_unit for bf16, but opaque to the compiler, so that it re-derives the floats from the packed row where
+// they are used instead of keeping all of them live (which spills).
 __device__ __forceinline__ void unpack_unit_rc(const uint4& v, float (&f)[8]) {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -339,35 +347,26 @@ __device__ __forceinline__ void store_unit_h(T* p, const float (&f)[N]) {
     if constexpr (kCs) store_unit(p, f); else store_unit_wb(p, f);
 }
 
-// Cache-hint flags (a uniform kernel argument): bit 0 = ld.global.cs loads, bit 1 = st.global.cs stores.
-constexpr int kLdCs = 1, kStCs = 2;
-
-// One row's VPT 16-byte units per thread, unit u = i*THREADS + tid (coalesced), all issued back to
-// back before any use. Predicated, not branched; units >= lim read as -inf. `volatile` keeps a
-// prefetch where it is written (ahead of the current row's reduction), not sunk to its first use.
-template <typename T, int THREADS, int VPT, bool kCs>
-__device__ __forceinline__ void load_row_h(uint4 (&r)[VPT], const uint4* src, int lim) {
+// One row's VPT 16-byte units per thread, unit u = i*THREADS + tid (coalesced), all issued back to back
+// before any use. Predicated, not branched; units >= lim read as -inf. `volatile` keeps the loads where
+// they are written, ahead of every use.
+template <typename T, int THREADS, int VPT>
+__device__ __forceinline__ void load_row(uint4 (&r)[VPT], const uint4* src, int lim) {
     constexpr uint32_t ni = NegInfBits<T>::v;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
         const int u = i * THREADS + (int)threadIdx.x;
         r[i] = make_uint4(ni, ni, ni, ni);
-        if constexpr (kCs)
-            asm volatile("{\n .reg .pred p;\n setp.lt.s32 p, %4, %5;\n"
-                         " @p ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%6];\n}"
-                         : "+r"(r[i].x), "+r"(r[i].y), "+r"(r[i].z), "+r"(r[i].w)
-                         : "r"(u), "r"(lim), "l"(src + u));
-        else
-            asm volatile("{\n .reg .pred p;\n setp.lt.s32 p, %4, %5;\n"
-                         " @p ld.global.v4.u32 {%0, %1, %2, %3}, [%6];\n}"
-                         : "+r"(r[i].x), "+r"(r[i].y), "+r"(r[i].z), "+r"(r[i].w)
-                         : "r"(u), "r"(lim), "l"(src + u));
+        asm volatile("{\n .reg .pred p;\n setp.lt.s32 p, %4, %5;\n"
+                     " @p ld.global.v4.u32 {%0, %1, %2, %3}, [%6];\n}"
+                     : "+r"(r[i].x), "+r"(r[i].y), "+r"(r[i].z), "+r"(r[i].w)
+                     : "r"(u), "r"(lim), "l"(src + u));
     }
 }
 
-// (m, s) reduction over aligned groups of W lanes: max first, then ONE rescale per lane and a
-// plain sum (v1's combine() costs two ex2 per level). m == v.m covers (-inf, -inf); NaN in s
-// propagates; every lane of the group gets the result.
+// (m, s) reduction over aligned groups of W lanes: max first, then ONE rescale per lane and a plain sum
+// (combine() costs two ex2 per level). m == v.m covers (-inf, -inf); NaN in s propagates; every lane of
+// the group gets the result.
 template <int W>
 __device__ __forceinline__ MS group_reduce(MS v) {
     float m = v.m;
@@ -378,9 +377,8 @@ __device__ __forceinline__ MS group_reduce(MS v) {
     for (int off = W / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
     return {m, s};
 }
-// Block-wide pair; one __syncthreads. `sc` alternates between two buffers from row to row, so a
-// warp that runs ahead to row i+1 cannot overwrite what a slower warp still reads for row i
-// (and row i+2's writes come after row i+1's barrier, which every warp passes after its reads).
+// Block-wide pair; one __syncthreads (none for a one-warp CTA). `sc` holds THREADS/32 pairs and is written
+// once per call.
 template <int THREADS>
 __device__ __forceinline__ MS block_reduce_v4(MS v, MS* sc) {
     constexpr int NW = THREADS / 32;
@@ -426,77 +424,29 @@ __device__ __forceinline__ ThreadExp exp_pair(float (&v)[VPT][N]) {
 __device__ __forceinline__ float exp_scale(const ThreadExp& e, MS row) {
     return (e.empty ? 0.f : ex2(e.ref - row.m)) * (1.f / row.s);
 }
-// y = e * scale for this thread's units u < lim of an unpacked slice.
-template <typename T, int THREADS, int VPT, int N>
-__device__ __forceinline__ void store_scaled(T* dst, const float (&v)[VPT][N], int lim, float scale, bool stcs) {
-    auto emit = [&](auto cs) {
-#pragma unroll
-        for (int i = 0; i < VPT; ++i) {
-            const int u = i * THREADS + (int)threadIdx.x;
-            if (u < lim) {
-                float f[N];
-#pragma unroll
-                for (int k = 0; k < N; ++k) f[k] = v[i][k] * scale;
-                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
-            }
-        }
-    };
-    if (stcs) emit(std::true_type{}); else emit(std::false_type{});
-}
-
-// A packed row slice (RECOMP form, below): this thread's (max, sum) pair, m in the log2 domain; a thread
-// whose units are all -inf gives (-inf, 0) with ref 0, so that 2^(-inf - ref) = 0, not NaN.
-template <typename T, int VPT>
-__device__ __forceinline__ MS packed_pair(const uint4 (&r)[VPT]) {
-    constexpr int N = 16 / (int)sizeof(T);
-    float m = -INFINITY;
+// y = e * scale for this thread's units u < lim of an unpacked slice; streaming stores if kCs.
+template <bool kCs, typename T, int THREADS, int VPT, int N>
+__device__ __forceinline__ void store_scaled(T* dst, const float (&v)[VPT][N], int lim, float scale) {
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
-        float f[N];
-        unpack_unit_rc(r[i], f);
+        const int u = i * THREADS + (int)threadIdx.x;
+        if (u < lim) {
+            float f[N];
 #pragma unroll
-        for (int k = 0; k < N; ++k) m = fmaxf(m, f[k]);
-    }
-    const bool empty = m == -INFINITY;
-    const float ref = empty ? 0.f : m * kLog2e;
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        float f[N];
-        unpack_unit_rc(r[i], f);
-#pragma unroll
-        for (int k = 0; k < N; ++k) s += ex2(fmaf(f[k], kLog2e, -ref));
-    }
-    return MS{empty ? -INFINITY : ref, s};
-}
-// y = 2^(x*log2e - ml) * inv for this thread's units u < lim of a packed slice, recomputed from r.
-template <typename T, int THREADS, int VPT>
-__device__ __forceinline__ void store_packed(T* dst, const uint4 (&r)[VPT], int lim, float ml, float inv, bool stcs) {
-    constexpr int N = 16 / (int)sizeof(T);
-    auto emit = [&](auto cs) {
-#pragma unroll
-        for (int i = 0; i < VPT; ++i) {
-            const int u = i * THREADS + (int)threadIdx.x;
-            if (u < lim) {
-                float f[N];
-                unpack_unit_rc(r[i], f);
-#pragma unroll
-                for (int k = 0; k < N; ++k) f[k] = ex2(fmaf(f[k], kLog2e, -ml)) * inv;
-                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * N, f);
-            }
+            for (int k = 0; k < N; ++k) f[k] = v[i][k] * scale;
+            store_unit_h<kCs>(dst + (int64_t)u * N, f);
         }
-    };
-    if (stcs) emit(std::true_type{}); else emit(std::false_type{});
+    }
 }
 
 // bf16 rows, HALF_E form: the packed row r is replaced in place by e = 2^(x*log2e - ref), computed in fp32
 // and kept as fp16 pairs (ref = this thread's max in the log2 domain, so 0 < e <= 1). One ex2 per element,
-// where RECOMP needs two, in the registers of the packed row. Precision: fp16 keeps 11 significant bits,
-// 4x finer than y's bf16, and its subnormals reach 2^-24, so storing e adds at most 2^-12 relative (or
-// 3e-8 absolute) to y before y's own bf16 rounding (2^-9). The sum s is taken from the fp32 values.
+// in the registers of the packed row. Precision: fp16 keeps 11 significant bits, 4x finer than y's bf16,
+// and its subnormals reach 2^-24, so storing e adds at most 2^-12 relative (or 3e-8 absolute) to y before
+// y's own bf16 rounding (2^-9). The sum s is taken from the fp32 values.
 __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
     uint32_t h;
-    asm volatile("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(hi), "f"(lo));  // volatile as measured; not needed for the spills
+    asm volatile("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(hi), "f"(lo));
     return h;
 }
 __device__ __forceinline__ void unpack_f16x2(uint32_t h, float& lo, float& hi) {
@@ -536,104 +486,62 @@ __device__ __forceinline__ ThreadExp half_exp_pair(uint4 (&r)[VPT]) {
     }
     return ThreadExp{ref, empty, MS{empty ? -INFINITY : ref, s}};
 }
-// y = e * scale for this thread's units u < lim, e as fp16 pairs (half_exp_pair).
+// y = e * scale for this thread's units u < lim, e as fp16 pairs (half_exp_pair); plain stores.
 template <typename T, int THREADS, int VPT>
-__device__ __forceinline__ void store_half_e(T* dst, const uint4 (&r)[VPT], int lim, float scale, bool stcs) {
-    auto emit = [&](auto cs) {
+__device__ __forceinline__ void store_half_e(T* dst, const uint4 (&r)[VPT], int lim, float scale) {
 #pragma unroll
-        for (int i = 0; i < VPT; ++i) {
-            const int u = i * THREADS + (int)threadIdx.x;
-            if (u < lim) {
-                const uint32_t w[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
-                float f[8];
+    for (int i = 0; i < VPT; ++i) {
+        const int u = i * THREADS + (int)threadIdx.x;
+        if (u < lim) {
+            const uint32_t w[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
+            float f[8];
 #pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    unpack_f16x2(w[q], f[2 * q], f[2 * q + 1]);
-                    f[2 * q] *= scale;
-                    f[2 * q + 1] *= scale;
-                }
-                store_unit_h<decltype(cs)::value>(dst + (int64_t)u * 8, f);
+            for (int q = 0; q < 4; ++q) {
+                unpack_f16x2(w[q], f[2 * q], f[2 * q + 1]);
+                f[2 * q] *= scale;
+                f[2 * q + 1] *= scale;
             }
+            store_unit_wb(dst + (int64_t)u * 8, f);
         }
-    };
-    if (stcs) emit(std::true_type{}); else emit(std::false_type{});
+    }
 }
 
-// Row-per-CTA softmax with the row in registers; CTA b handles rows b, b+G, b+2G, ... (G = grid;
-// grid = rows gives the classic one-row-per-CTA launch).
-//   STAGES = 0: load a row, process it.
-//   STAGES > 0 (persistent): STAGES register buffers; the load of row k+STAGES is issued into row
-//     k's buffer as soon as that buffer is free, so up to STAGES rows are in flight while row k is
-//     reduced and stored.
-//   RECOMP = false: e = 2^(x*log2e - ref_thread) kept as floats (1 ex2/element); the buffer is free
-//     right after unpacking, so the refill goes out before the reduction.
-//   RECOMP = true (for bf16: keeps only the packed row, half the registers): y = 2^(x*log2e - M) / S
-//     recomputed from the packed row (2 ex2/element); the refill goes out after the stores.
-//   HALF_E = true (bf16 only, STAGES = 0): e kept as fp16 pairs in the packed row's registers
-//     (half_exp_pair): one ex2 per element in RECOMP's registers.
-// Numerics as v1/v2: log2-domain max and sum; an all -inf row gives NaN (S = 0), NaN / +inf propagate.
-template <typename T, int THREADS, int VPT, int MINB, int STAGES, bool RECOMP, bool HALF_E = false>
+// The row in registers: THREADS x VPT 16-byte units cover it (the host guarantees cols / N <= THREADS * VPT).
+// Thread max -> e = 2^(x*log2e - ref_t) -> one block reduction of (max, sum) pairs -> y = e * 2^(ref_t - M) / S,
+// plain loads and stores. The host launches one CTA per row (grid = rows), so the loop below runs once per
+// CTA; written as a grid-stride loop, with the reduction scratch alternating between two buffers so that a
+// warp already on its next row cannot overwrite pairs a slower warp still reads, it is correct for any grid.
+//   HALF_E = false: e kept as floats (fp32 rows).
+//   HALF_E = true (bf16 rows): e kept as fp16 pairs in the packed row's registers (half_exp_pair).
+// Log2-domain max and sum; an all -inf row gives NaN (S = 0), NaN / +inf propagate, like torch.
+template <typename T, int THREADS, int VPT, int MINB, bool HALF_E>
 __global__ void __launch_bounds__(THREADS, MINB)
-softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int flags) {
-    static_assert(!HALF_E || (sizeof(T) == 2 && STAGES == 0 && !RECOMP), "HALF_E: bf16, one row at a time");
+softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols) {
+    static_assert(!HALF_E || sizeof(T) == 2, "HALF_E: bf16 rows");
     constexpr int N = 16 / (int)sizeof(T);
-    constexpr int NB = STAGES > 0 ? STAGES : 1;
     constexpr int NW = THREADS / 32;
     __shared__ MS red[2][NW];
 
-    const int nu = (int)(cols / N);  // host guarantees nu <= THREADS * VPT
+    const int nu = (int)(cols / N);
     const int64_t G = gridDim.x;
-    const bool ldcs = (flags & kLdCs) != 0, stcs = (flags & kStCs) != 0;
     int par = 0;
-
-    auto issue = [&](uint4 (&r)[VPT], int64_t row) {
-        const bool ok = row < rows;
-        const uint4* src = reinterpret_cast<const uint4*>(x + (ok ? row : 0) * cols);
-        if (ldcs) load_row_h<T, THREADS, VPT, true>(r, src, ok ? nu : 0);
-        else      load_row_h<T, THREADS, VPT, false>(r, src, ok ? nu : 0);
-    };
-
-    auto process = [&](uint4 (&r)[VPT], int64_t row, int64_t next) {
+    for (int64_t row = blockIdx.x; row < rows; row += G) {
         T* dst = y + row * cols;
         MS* sc = red[par];
         par ^= 1;
+        uint4 r[VPT];
+        load_row<T, THREADS, VPT>(r, reinterpret_cast<const uint4*>(x + row * cols), nu);
         if constexpr (HALF_E) {
             const ThreadExp e = half_exp_pair(r);
             const MS t = block_reduce_v4<THREADS>(e.mine, sc);
-            store_half_e<T, THREADS, VPT>(dst, r, nu, exp_scale(e, t), stcs);
-        } else if constexpr (!RECOMP) {
+            store_half_e<T, THREADS, VPT>(dst, r, nu, exp_scale(e, t));
+        } else {
             float v[VPT][N];
 #pragma unroll
             for (int i = 0; i < VPT; ++i) unpack_unit(r[i], v[i]);
-            if constexpr (STAGES > 0) issue(r, next);
             const ThreadExp e = exp_pair(v);
             const MS t = block_reduce_v4<THREADS>(e.mine, sc);
-            store_scaled<T, THREADS, VPT>(dst, v, nu, exp_scale(e, t), stcs);
-        } else {
-            const MS t = block_reduce_v4<THREADS>(packed_pair<T, VPT>(r), sc);
-            // all -inf row: 2^(-inf + inf) = NaN, like torch
-            store_packed<T, THREADS, VPT>(dst, r, nu, t.m, 1.f / t.s, stcs);
-            if constexpr (STAGES > 0) issue(r, next);
-        }
-    };
-
-    uint4 buf[NB][VPT];
-    const int64_t r0 = blockIdx.x;
-    if constexpr (STAGES == 0) {
-        for (int64_t row = r0; row < rows; row += G) {
-            issue(buf[0], row);
-            process(buf[0], row, rows);
-        }
-    } else {
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) issue(buf[s], r0 + s * G);
-        for (int64_t base = r0; base < rows; base += STAGES * G) {
-#pragma unroll
-            for (int st = 0; st < STAGES; ++st) {
-                const int64_t row = base + st * G;
-                if (row >= rows) break;
-                process(buf[st], row, row + STAGES * G);
-            }
+            store_scaled<false, T, THREADS, VPT>(dst, v, nu, exp_scale(e, t));
         }
     }
 }
@@ -642,9 +550,9 @@ softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int6
 // A row longer than one CTA's registers is cut into P segments of THREADS*VPT units; CTA b holds segment
 // b % P of row b / P in registers (one read of x, as for short rows), reduces it to a (max, sum) pair,
 // publishes the pair and bumps the row's counter, then waits until all P pairs of its row are in,
-// merges them and writes its segment. No clusters and no cross-CTA barrier: a CTA only waits for the
-// other segments of its own row, whose CTAs the hardware dispatches right beside it (blocks go out in
-// index order), so the wait is about one load latency.
+// merges them and writes its segment with streaming stores. No clusters and no cross-CTA barrier: a CTA
+// only waits for the other segments of its own row, whose CTAs the hardware dispatches right beside it
+// (blocks go out in index order), so the wait is about one load latency.
 // Progress does not depend on that order: a CTA that waits longer than kSegWaitNs (never seen: it would
 // take a peer that was not dispatched) computes its row's pair itself from x (read-only input), so a
 // scheduling surprise costs time, never a hang or a wrong answer.
@@ -671,7 +579,7 @@ __device__ __forceinline__ bool wait_count(const unsigned* c, unsigned target) {
 template <typename T, int THREADS, int VPT, int MINB>
 __global__ void __launch_bounds__(THREADS, MINB)
 softmax_seg_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int P, MS* __restrict__ ws,
-                   unsigned* __restrict__ cnt, int flags) {
+                   unsigned* __restrict__ cnt) {
     constexpr int N = 16 / (int)sizeof(T);
     constexpr int NW = THREADS / 32;
     __shared__ MS red[NW];
@@ -684,8 +592,7 @@ softmax_seg_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int
     const uint4* src = reinterpret_cast<const uint4*>(x + row * cols) + u0;
 
     uint4 r[VPT];
-    if (flags & kLdCs) load_row_h<T, THREADS, VPT, true>(r, src, nu);
-    else               load_row_h<T, THREADS, VPT, false>(r, src, nu);
+    load_row<T, THREADS, VPT>(r, src, nu);
     float v[VPT][N];
 #pragma unroll
     for (int i = 0; i < VPT; ++i) unpack_unit(r[i], v[i]);
@@ -718,12 +625,11 @@ softmax_seg_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, int
         }
         t = block_reduce_v4<THREADS>(acc.pair(), red);
     }
-    store_scaled<T, THREADS, VPT>(y + row * cols + u0 * N, v, nu, exp_scale(e, t), (flags & kStCs) != 0);
+    store_scaled<true, T, THREADS, VPT>(y + row * cols + u0 * N, v, nu, exp_scale(e, t));
 }
 """
 
-# v1 host code (launch<T, kVec>) verbatim, minus its entry point.
-_v1_host_src = r"""
+_host_src = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
@@ -732,6 +638,7 @@ _v1_host_src = r"""
 #include <map>
 #include <tuple>
 
+constexpr int64_t kTargetSliceBytes = 64 * 1024;  // cluster split above this: 3 CTAs/SM
 constexpr int64_t kMaxSliceBytes = 112 * 1024;  // 2 CTAs/SM: 2*(112K + static + 1K reserved) <= 228K
 constexpr int64_t kChunkBytes = 16 * 1024;      // TMA chunk; pass 1 starts after the first lands
 constexpr int64_t kFallbackChunkBytes = 64 * 1024;
@@ -744,14 +651,14 @@ static int pick_threads(int64_t units) {  // ~4+ units per thread, 64..512 threa
 }
 
 template <typename T, bool kVec>
-static void launch(const T* x, T* y, int64_t rows, int64_t cols, int64_t target_slice, cudaStream_t stream) {
+static void launch_smem(const T* x, T* y, int64_t rows, int64_t cols, cudaStream_t stream) {
     constexpr int N = Unit<T, kVec>::N;
     constexpr int64_t unit_bytes = N * sizeof(T);
     const int64_t nunits = cols / N;
 
-    // Smallest power-of-two cluster whose slice fits the target (64 KB by default, i.e. 3 CTAs/SM).
+    // Smallest power-of-two cluster whose slice fits the target.
     int csize = 1;
-    while (csize < 16 && ceil_div(nunits, csize) * unit_bytes > target_slice) csize *= 2;
+    while (csize < 16 && ceil_div(nunits, csize) * unit_bytes > kTargetSliceBytes) csize *= 2;
     const int64_t upc = ceil_div(nunits, csize);
     const int64_t slice_bytes = upc * unit_bytes;
 
@@ -769,7 +676,7 @@ static void launch(const T* x, T* y, int64_t rows, int64_t cols, int64_t target_
         int nchunks = 1;
         if (kVec) nchunks = (int)std::min<int64_t>(kMaxChunks, std::max<int64_t>(1, ceil_div(slice_bytes, kChunkBytes)));
         const int upchunk = (int)ceil_div(upc, nchunks);
-        TORCH_CHECK(rows * csize <= INT32_MAX, "softmax_fast: too many rows");
+        TORCH_CHECK(rows * csize <= INT32_MAX, "softmax_register_rows: too many rows");
 
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3((unsigned)(rows * csize));
@@ -806,7 +713,7 @@ static void launch(const T* x, T* y, int64_t rows, int64_t cols, int64_t target_
     // Fallback: two kernels through a tiny global workspace of per-chunk pairs.
     const int64_t upc_fb = std::max<int64_t>(1, kFallbackChunkBytes / unit_bytes);
     const int64_t cpr = ceil_div(nunits, upc_fb);
-    TORCH_CHECK(rows * cpr <= INT32_MAX, "softmax_fast: too many rows");
+    TORCH_CHECK(rows * cpr <= INT32_MAX, "softmax_register_rows: too many rows");
     auto ws = torch::empty({rows * cpr * 2}, torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCUDA));
     MS* wsp = reinterpret_cast<MS*>(ws.data_ptr<float>());
     const int threads = pick_threads(upc_fb);
@@ -816,42 +723,15 @@ static void launch(const T* x, T* y, int64_t rows, int64_t cols, int64_t target_
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-"""
-
-_v4_host_src = r"""
-// ================================================================ v4 host side
-// Variants (the `variant` knob; 0 = auto). Each is one instantiation of softmax_v4_kernel:
-//   id: dtype, THREADS, VPT (16-byte units per thread), MINB (launch-bounds min CTAs/SM), STAGES, RECOMP,
-//       HALF_E, persistent (grid = CTAs that fit, rows strided) or one CTA per row.
-// A variant covers rows of up to THREADS*VPT units; it refuses (TORCH_CHECK) anything else.
-template <typename T, int THREADS, int VPT, int MINB, int STAGES, bool RECOMP, bool HALF_E = false>
-static void launch_v4_t(const T* x, T* y, int64_t rows, int64_t cols, bool persist, int ctas_per_sm, int flags,
-                        cudaStream_t stream) {
+// ================================================================ aligned rows: launches
+// One CTA per row; the instantiation must cover the row (cols / N <= THREADS * VPT).
+template <typename T, int THREADS, int VPT, int MINB, bool HALF_E>
+static void launch_rows(const T* x, T* y, int64_t rows, int64_t cols, cudaStream_t stream) {
     constexpr int N = 16 / (int)sizeof(T);
-    TORCH_CHECK(cols % N == 0 && cols / N <= (int64_t)THREADS * VPT, "softmax_fast_v4: variant does not cover this row");
-    auto kernel = softmax_v4_kernel<T, THREADS, VPT, MINB, STAGES, RECOMP, HALF_E>;
-    int64_t grid = rows;
-    if (persist) {
-        static int occ = -1;  // CTAs per SM, per instantiation (queried once)
-        if (occ < 0) {
-            int n = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, THREADS, 0) != cudaSuccess) n = 1;
-            (void)cudaGetLastError();
-            occ = std::max(n, 1);
-        }
-        const int per = ctas_per_sm > 0 ? std::min(ctas_per_sm, occ) : occ;
-        static int sms = 0;
-        if (sms <= 0) {
-            int dev = 0;
-            C10_CUDA_CHECK(cudaGetDevice(&dev));
-            C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        }
-        const int64_t slots = (int64_t)per * std::max(sms, 1);
-        const int64_t rpc = ceil_div(rows, slots);  // rows per CTA; then as few CTAs as give that
-        grid = ceil_div(rows, rpc);
-    }
-    TORCH_CHECK(grid <= INT32_MAX, "softmax_fast_v4: too many rows");
-    kernel<<<(unsigned)grid, THREADS, 0, stream>>>(x, y, rows, cols, flags);
+    TORCH_CHECK(cols % N == 0 && cols / N <= (int64_t)THREADS * VPT,
+                "softmax_register_rows: row too long for its kernel");
+    TORCH_CHECK(rows <= INT32_MAX, "softmax_register_rows: too many rows");
+    softmax_v4_kernel<T, THREADS, VPT, MINB, HALF_E><<<(unsigned)rows, THREADS, 0, stream>>>(x, y, rows, cols);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -859,94 +739,33 @@ static void launch_v4_t(const T* x, T* y, int64_t rows, int64_t cols, bool persi
 // pairs and per-row counters live in a small workspace from torch's allocator (stream-ordered, so calls on
 // one stream never share it while running); the counters start at zero for every call.
 template <typename T, int THREADS, int VPT, int MINB>
-static void launch_seg_t(const T* x, T* y, int64_t rows, int64_t cols, int flags, const torch::TensorOptions& opt,
-                         cudaStream_t stream) {
+static void launch_seg(const T* x, T* y, int64_t rows, int64_t cols, const torch::TensorOptions& opt,
+                       cudaStream_t stream) {
     constexpr int N = 16 / (int)sizeof(T);
-    TORCH_CHECK(cols % N == 0, "softmax_fast_v4: segment variants need rows of whole 16-byte units");
+    TORCH_CHECK(cols % N == 0, "softmax_register_rows: segments need rows of whole 16-byte units");
     const int64_t P = ceil_div(cols / N, (int64_t)THREADS * VPT);
-    TORCH_CHECK(rows * P <= INT32_MAX, "softmax_fast_v4: too many row segments");
+    TORCH_CHECK(rows * P <= INT32_MAX, "softmax_register_rows: too many row segments");
     auto ws = torch::empty({rows * P * 2}, opt.dtype(torch::kFloat32));
     auto cnt = torch::zeros({rows}, opt.dtype(torch::kInt32));
     softmax_seg_kernel<T, THREADS, VPT, MINB><<<(unsigned)(rows * P), THREADS, 0, stream>>>(
         x, y, cols, (int)P, reinterpret_cast<MS*>(ws.data_ptr<float>()),
-        reinterpret_cast<unsigned*>(cnt.data_ptr<int32_t>()), flags);
+        reinterpret_cast<unsigned*>(cnt.data_ptr<int32_t>()));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Auto choices (variant 0 / hint 0), per row class. Edit after the bench sweep.
-// Measured best on the H200 (benchmarks/bench_softmax_v4.py --quick, 2026-11-30): 0.2625 / 0.1344 / 0.5326 ms.
-// bf16 rows with e kept as fp16 (one ex2 per element; benchmarks/standalone/softmax_regs.cu, H200,
-// 2026-12-01): 64 KB rows in 1024-thread CTAs, 2 per SM, 0.5192 ms where variant 23 took 0.5353; 8 KB rows
-// in one-warp CTAs (no block barrier), 24 per SM, 0.1302 ms where variant 12 took 0.1331.
-constexpr int kAutoF32_16K = 1, kAutoBf16_4K = 17, kAutoBf16_32K = 18;
-// Rows > 64 KB: register segments, with streaming (.cs) stores unless a hint is given: plain stores were
-// 1.6x slower at 4096x393216 (bench, H200, 2026-11-30: variant 33 .cs 3.66 ms, 31 .cs 3.82 ms, fast_v3 3.90 ms).
-// Few threads with many registers each hold a segment best (benchmarks/standalone/softmax_regs.cu, H200,
-// 2026-12-01, 4096x393216 fp32: 37 3.18 ms, 38 3.23, 33 3.66; bf16 4096x393216: 43 1.95, 41 2.37).
-constexpr int kAutoF32_Long = 37, kAutoBf16_Long = 43, kAutoHintLong = 3;
-constexpr int kAutoHint = 1;  // 1 = plain loads + plain stores (Liger's choice)
-
-// hint knob: 0 = auto, 1 = plain/plain, 2 = ld.cs/plain, 3 = plain/st.cs, 4 = ld.cs/st.cs
-static int hint_flags(int hint) {
-    if (hint <= 0 || hint > 4) hint = kAutoHint;
-    return hint - 1;  // bit 0 = ld.cs, bit 1 = st.cs
-}
-
-// Returns false if the variant id is unknown for this dtype.
-static bool run_variant_f32(int v, const float* x, float* y, int64_t rows, int64_t cols, int cps, int fl,
-                            const torch::TensorOptions& o, cudaStream_t s) {
-    switch (v) {
-        case 1: launch_v4_t<float, 512, 8, 2, 0, false>(x, y, rows, cols, false, cps, fl, s); return true;   // v2's shape, 2 CTA/SM
-        case 2: launch_v4_t<float, 256, 16, 3, 0, false>(x, y, rows, cols, false, cps, fl, s); return true;  // 3 rows/SM
-        case 3: launch_v4_t<float, 1024, 4, 1, 0, false>(x, y, rows, cols, false, cps, fl, s); return true;  // 1024 thr/row
-        case 4: launch_v4_t<float, 512, 8, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 1 ahead
-        case 5: launch_v4_t<float, 512, 8, 1, 2, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 2 ahead
-        case 6: launch_v4_t<float, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
-        // rows > 16384 fp32: segments of THREADS*VPT*4 floats
-        case 31: launch_seg_t<float, 512, 8, 2>(x, y, rows, cols, fl, o, s); return true;   // 64 KB, 2 CTA/SM
-        case 32: launch_seg_t<float, 256, 8, 4>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 4 CTA/SM
-        case 33: launch_seg_t<float, 512, 6, 3>(x, y, rows, cols, fl, o, s); return true;   // 48 KB, 3 CTA/SM (40 regs: spills)
-        case 37: launch_seg_t<float, 128, 36, 3>(x, y, rows, cols, fl, o, s); return true;  // 72 KB, 3 CTA/SM (auto)
-        case 38: launch_seg_t<float, 128, 24, 4>(x, y, rows, cols, fl, o, s); return true;  // 48 KB, 4 CTA/SM
-        default: return false;
-    }
-}
-static bool run_variant_bf16(int v, const __nv_bfloat16* x, __nv_bfloat16* y, int64_t rows, int64_t cols, int cps, int fl,
-                             const torch::TensorOptions& o, cudaStream_t s) {
-    using B = __nv_bfloat16;
-    switch (v) {
-        // rows <= 4096 bf16 (8 KB)
-        case 11: launch_v4_t<B, 128, 4, 8, 0, false>(x, y, rows, cols, false, cps, fl, s); return true;   // v2's shape
-        case 12: launch_v4_t<B, 64, 8, 10, 0, false>(x, y, rows, cols, false, cps, fl, s); return true;   // 2 warps/row
-        case 13: launch_v4_t<B, 128, 4, 8, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 1 ahead
-        case 14: launch_v4_t<B, 128, 4, 6, 2, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 2 ahead
-        case 15: launch_v4_t<B, 256, 2, 4, 2, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 8 warps
-        case 16: launch_v4_t<B, 128, 4, 8, 2, true>(x, y, rows, cols, true, cps, fl, s); return true;     // persistent, recompute
-        case 17: launch_v4_t<B, 32, 16, 24, 0, false, true>(x, y, rows, cols, false, cps, fl, s); return true;  // 1 warp/row, fp16 e (auto)
-        // rows <= 32768 bf16 (64 KB)
-        case 21: launch_v4_t<B, 1024, 4, 1, 0, false>(x, y, rows, cols, false, cps, fl, s); return true;  // 1024 thr/row
-        case 22: launch_v4_t<B, 1024, 4, 1, 2, true>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, recompute, 1 ahead
-        case 23: launch_v4_t<B, 512, 8, 2, 0, true>(x, y, rows, cols, false, cps, fl, s); return true;    // 2 CTA/SM, recompute
-        case 24: launch_v4_t<B, 512, 8, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;    // persistent, 1 ahead
-        case 25: launch_v4_t<B, 512, 8, 1, 2, true>(x, y, rows, cols, true, cps, fl, s); return true;     // persistent, recompute
-        case 26: launch_v4_t<B, 1024, 4, 1, 1, false>(x, y, rows, cols, true, cps, fl, s); return true;   // persistent 1024 thr
-        case 18: launch_v4_t<B, 1024, 4, 2, 0, false, true>(x, y, rows, cols, false, cps, fl, s); return true;  // fp16 e, 2 CTA/SM (auto)
-        case 19: launch_v4_t<B, 512, 8, 2, 0, false, true>(x, y, rows, cols, false, cps, fl, s); return true;   // fp16 e, 2 CTA/SM
-        // rows > 32768 bf16: segments of THREADS*VPT*8 bf16 (kept as floats: 32 per thread)
-        case 41: launch_seg_t<B, 512, 4, 2>(x, y, rows, cols, fl, o, s); return true;   // 32 KB, 2 CTA/SM
-        case 42: launch_seg_t<B, 256, 4, 4>(x, y, rows, cols, fl, o, s); return true;   // 16 KB, 4 CTA/SM
-        case 43: launch_seg_t<B, 128, 12, 4>(x, y, rows, cols, fl, o, s); return true;  // 24 KB, 4 CTA/SM (auto)
-        default: return false;
-    }
-}
-
-// variant 0: register kernels only for the row classes they were built for (more than half of the
-// covered width: narrower rows would leave most threads idle); everything else -> v1.
-torch::Tensor softmax_fast_v4(torch::Tensor x, int64_t variant, int64_t hint, int64_t ctas_per_sm) {
-    TORCH_CHECK(x.is_cuda(), "softmax_fast_v4: x must be a CUDA tensor");
-    TORCH_CHECK(x.dim() >= 1, "softmax_fast_v4: x must have at least one dimension");
+// Aligned rows go to a register kernel when they fill more than half of its width (narrower rows would leave
+// most threads idle); rows longer than 64 KB to register segments; everything else (misaligned or odd
+// widths, narrow rows) to softmax_smem_kernel or, past what a 16-CTA cluster holds, the two-kernel fallback.
+//   fp32, 8-16 KB rows:  512 threads x 8 units, 2 CTAs/SM.
+//   fp32, rows > 64 KB:  segments of 128 threads x 36 units (72 KB), 3 CTAs/SM.
+//   bf16, 4-8 KB rows:   one warp x 16 units, 24 CTAs/SM (no block barrier), e as fp16.
+//   bf16, 32-64 KB rows: 1024 threads x 4 units, 2 CTAs/SM, e as fp16.
+//   bf16, rows > 64 KB:  segments of 128 threads x 12 units (24 KB), 4 CTAs/SM.
+torch::Tensor softmax_register_rows(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda(), "softmax_register_rows: x must be a CUDA tensor");
+    TORCH_CHECK(x.dim() >= 1, "softmax_register_rows: x must have at least one dimension");
     TORCH_CHECK(x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16,
-                "softmax_fast_v4: x must be float32 or bfloat16");
+                "softmax_register_rows: x must be float32 or bfloat16");
     c10::cuda::CUDAGuard guard(x.device());
     x = x.contiguous();
     auto y = torch::empty_like(x, torch::MemoryFormat::Contiguous);
@@ -958,61 +777,50 @@ torch::Tensor softmax_fast_v4(torch::Tensor x, int64_t variant, int64_t hint, in
     const bool vec = (cols * x.element_size()) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0;
-    const bool long_rows = vec && cols * x.element_size() > 64 * 1024;  // register segments
-    const int fl = hint_flags(hint <= 0 && long_rows ? kAutoHintLong : (int)hint);
-    const int cps = (int)std::max<int64_t>(0, std::min<int64_t>(ctas_per_sm, 64));
     if (x.scalar_type() == torch::kFloat32) {
         const float* xp = x.data_ptr<float>();
         float* yp = y.data_ptr<float>();
         const int64_t nu = cols / 4;
-        int v = (int)variant;
-        if (v == 0 && vec && nu > 2048 && nu <= 4096) v = kAutoF32_16K;
-        if (v == 0 && vec && nu > 4096) v = kAutoF32_Long;
-        if (v != 0) {
-            TORCH_CHECK(vec, "softmax_fast_v4: register variants need 16-byte aligned rows");
-            TORCH_CHECK(run_variant_f32(v, xp, yp, rows, cols, cps, fl, x.options(), stream), "softmax_fast_v4: no fp32 variant ", v);
+        if (vec && nu > 2048 && nu <= 4096) {
+            launch_rows<float, 512, 8, 2, false>(xp, yp, rows, cols, stream);
+        } else if (vec && nu > 4096) {
+            launch_seg<float, 128, 36, 3>(xp, yp, rows, cols, x.options(), stream);
         } else if (vec) {
-            launch<float, true>(xp, yp, rows, cols, 64 * 1024, stream);
+            launch_smem<float, true>(xp, yp, rows, cols, stream);
         } else {
-            launch<float, false>(xp, yp, rows, cols, 64 * 1024, stream);
+            launch_smem<float, false>(xp, yp, rows, cols, stream);
         }
     } else {
-        auto xp = reinterpret_cast<const __nv_bfloat16*>(x.data_ptr<at::BFloat16>());
-        auto yp = reinterpret_cast<__nv_bfloat16*>(y.data_ptr<at::BFloat16>());
+        using B = __nv_bfloat16;
+        auto xp = reinterpret_cast<const B*>(x.data_ptr<at::BFloat16>());
+        auto yp = reinterpret_cast<B*>(y.data_ptr<at::BFloat16>());
         const int64_t nu = cols / 8;
-        int v = (int)variant;
-        if (v == 0 && vec && nu > 256 && nu <= 512) v = kAutoBf16_4K;
-        if (v == 0 && vec && nu > 2048 && nu <= 4096) v = kAutoBf16_32K;
-        if (v == 0 && vec && nu > 4096) v = kAutoBf16_Long;
-        if (v != 0) {
-            TORCH_CHECK(vec, "softmax_fast_v4: register variants need 16-byte aligned rows");
-            TORCH_CHECK(run_variant_bf16(v, xp, yp, rows, cols, cps, fl, x.options(), stream), "softmax_fast_v4: no bf16 variant ", v);
+        if (vec && nu > 256 && nu <= 512) {
+            launch_rows<B, 32, 16, 24, true>(xp, yp, rows, cols, stream);
+        } else if (vec && nu > 2048 && nu <= 4096) {
+            launch_rows<B, 1024, 4, 2, true>(xp, yp, rows, cols, stream);
+        } else if (vec && nu > 4096) {
+            launch_seg<B, 128, 12, 4>(xp, yp, rows, cols, x.options(), stream);
         } else if (vec) {
-            launch<__nv_bfloat16, true>(xp, yp, rows, cols, 64 * 1024, stream);
+            launch_smem<B, true>(xp, yp, rows, cols, stream);
         } else {
-            launch<__nv_bfloat16, false>(xp, yp, rows, cols, 64 * 1024, stream);
+            launch_smem<B, false>(xp, yp, rows, cols, stream);
         }
     }
     return y;
 }
 """
 
-_cpp_src = "torch::Tensor softmax_fast_v4(torch::Tensor x, int64_t variant, int64_t hint, int64_t ctas_per_sm);"
+_cpp_src = "torch::Tensor softmax_register_rows(torch::Tensor x);"
 
 _ext = load_inline(
-    name="softmax_fast_v4",
+    name="softmax_register_rows",
     cpp_sources=_cpp_src,
-    cuda_sources=_v1_kernels_src + _v4_kernels_src + _v1_host_src + _v4_host_src,
-    functions=["softmax_fast_v4"],
+    cuda_sources=_device_src + _host_src,
+    functions=["softmax_register_rows"],
     extra_cuda_cflags=["-O3"],
     verbose=False,
 )
-
-# Knobs (0 = auto, see kAuto* in the host code): register-kernel variant id, cache-hint mode, CTAs per SM
-# for the persistent variants.
-VARIANT = 0
-HINT = 0
-CTAS_PER_SM = 0
 
 
 class ModelNew(nn.Module):
@@ -1020,4 +828,4 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _ext.softmax_fast_v4(x, VARIANT, HINT, CTAS_PER_SM)
+        return _ext.softmax_register_rows(x)
