@@ -755,8 +755,9 @@ static void launch_seg(const T* x, T* y, int64_t rows, int64_t cols, const torch
 
 // Aligned rows go to a register kernel when they fill more than half of its width (narrower rows would leave
 // most threads idle); rows longer than 64 KB to register segments; everything else (misaligned or odd
-// widths, narrow rows) to softmax_smem_kernel or, past what a 16-CTA cluster holds, the two-kernel fallback.
-//   fp32, 8-16 KB rows:  512 threads x 8 units, 2 CTAs/SM.
+// widths, aligned rows outside these classes) to softmax_smem_kernel or, past what a 16-CTA cluster holds,
+// the two-kernel fallback.
+//   fp32, 32-64 KB rows: 512 threads x 8 units, 2 CTAs/SM.
 //   fp32, rows > 64 KB:  segments of 128 threads x 36 units (72 KB), 3 CTAs/SM.
 //   bf16, 4-8 KB rows:   one warp x 16 units, 24 CTAs/SM (no block barrier), e as fp16.
 //   bf16, 32-64 KB rows: 1024 threads x 4 units, 2 CTAs/SM, e as fp16.
