@@ -127,8 +127,13 @@ def _forward_text(problem: Problem) -> list:
 
 
 def _number(value: float) -> str:
-    text = f"{value:.1e}".replace(".0e", "e")
-    return re.sub(r"e([+-])0*(\d)", lambda m: f"e{'-' if m.group(1) == '-' else ''}{m.group(2)}", text)
+    """1.5e-4 for 0.00015: the tolerances as problem.yaml writes them, every digit kept."""
+    if value == 0:
+        return "0"
+    mantissa, exponent = f"{value:.6e}".split("e")
+    if 0 <= int(exponent) <= 3:
+        return f"{value:g}"
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def _para(text: str, indent: str = "  ", width: int = 110) -> list:
@@ -167,7 +172,7 @@ def _header(problem: Problem, path: Path, origin: str, start: list, design: list
              "Build, check and time (on the GPU machine; for one shape add ARGS=\"--shape NAME\"):",
              f"  make eval PROBLEM={problem.name} SOLUTION={shown}",
              f"  python -m harness eval {problem.name} --solution {shown}",
-             *_para("The first run builds the extension (a minute or two); later runs reuse the build under .build/. "
+             *_para("The first run builds the extension (minutes); later runs reuse the build under .build/. "
                     "docs/writing-a-solution.md has the rules, the verdicts and the common failures."),
              "",
              "Where to start:", *start]
@@ -219,12 +224,12 @@ def _from_starter(problem: Problem, path: Path, starter: Path, extension: str) -
         tree = ast.parse(source)
     except SyntaxError as error:
         raise ProblemError(f"{_shown(starter)} does not parse (line {error.lineno}): fix it before starting from it") from None
-    literals = _load_inline_names(tree)
+    literals = sorted(_load_inline_names(tree), key=lambda item: (item[0].lineno, item[0].col_offset))
     if not literals:
         raise ProblemError(f"{_shown(starter)} has no load_inline(name=\"...\") to rename: write {path.name} by hand")
     # Rename in place (ast offsets are in UTF-8 bytes), from the last literal to the first.
     lines = [line.encode() for line in source.splitlines(keepends=True)]
-    for index, (node, _) in sorted(enumerate(literals), key=lambda item: (item[1][0].lineno, item[1][0].col_offset), reverse=True):
+    for index, (node, _) in reversed(list(enumerate(literals))):
         if node.lineno != node.end_lineno:
             raise ProblemError(f"{_shown(starter)}: the load_inline name at line {node.lineno} spans lines: write {path.name} by hand")
         new = extension if index == 0 else f"{extension}_{index + 1}"

@@ -113,6 +113,19 @@ def test_extension_name_never_collides(tmp_path):
     assert _extension_names(again) == ["softmax_again_2"]
 
 
+def test_every_extension_of_the_starter_is_renamed(tmp_path):
+    """A simple.py that builds two extensions: both get names of the new file's own, in source order."""
+    folder = tmp_path / "softmax"
+    folder.mkdir()
+    (folder / "simple.py").write_text(
+        '"""Two extensions."""\nfrom torch.utils.cpp_extension import load_inline\n'
+        'a = load_inline(name="first_ext", cpp_sources="", functions=[])\n'
+        'b = load_inline(cpp_sources="", name="second_ext", functions=[])\n'
+        'class ModelNew:\n    pass\n')
+    path = new_solution(find_problem("softmax"), "mine", tmp_path)
+    assert _extension_names(path) == ["softmax_mine", "softmax_mine_2"]
+
+
 @pytest.mark.compile
 @pytest.mark.skipif(not Path(CUDA_HOME, "bin", "nvcc").exists() and not shutil.which("nvcc"), reason="needs nvcc")
 def test_softmax_scaffold_builds(tmp_path):
