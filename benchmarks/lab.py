@@ -26,8 +26,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))
 
 from harness.build import prepare_build_env  # noqa: E402
 from harness.correctness import check_output, inputs_unchanged, native_reference, reference_output, self_check  # noqa: E402,F401
@@ -143,36 +142,33 @@ _FLUSH = {}
 
 
 def bench(fn, dev: torch.device, warmup_ms: float = 25, rep_ms: float = 100, use_triton: bool = True) -> float:
-    """Median ms of fn(): triton.testing.do_bench where it imports, else the same method here (an L2 flush
-    of 2x the L2, at least 256 MB, before every call; CUDA events around the call). On the CPU, wall time."""
-    if dev.type != "cuda":
-        for clock in ("warm-up", "timed"):
-            times, stop = [], time.perf_counter() + (warmup_ms if clock == "warm-up" else rep_ms) / 1e3
-            while len(times) < 5 or time.perf_counter() < stop:
+    """Median ms of fn(): triton.testing.do_bench where it imports, else its method here: calls queued back to
+    back, each after an L2 flush (2x the L2, at least 256 MB) between CUDA events. On the CPU, wall time."""
+    if dev.type == "cuda" and use_triton and importlib.util.find_spec("triton") is not None:
+        from triton.testing import do_bench
+        return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    if dev.type == "cuda" and dev not in _FLUSH:
+        l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 * 2**20)
+        _FLUSH[dev] = torch.empty(max(2 * l2, 256 * 2**20) // 4, dtype=torch.int32, device=dev)
+
+    def timed(calls: int) -> list:
+        if dev.type != "cuda":
+            times = []
+            for _ in range(calls):
                 t0 = time.perf_counter()
                 fn()
                 times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
-    if use_triton and importlib.util.find_spec("triton") is not None:
-        from triton.testing import do_bench
-        return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-    if dev not in _FLUSH:
-        l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 * 2**20)
-        _FLUSH[dev] = torch.empty(max(2 * l2, 256 * 2**20) // 4, dtype=torch.int32, device=dev)
-    flush = _FLUSH[dev]
-
-    def timed(calls: int) -> list:
-        """Per call: flush, begin event, call, end event; queued back to back, one synchronise at the end."""
+            return times
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
         for begin, end in pairs:
-            flush.zero_()
+            _FLUSH[dev].zero_()
             begin.record()
             fn()
             end.record()
         sync(dev)
         return [begin.elapsed_time(end) for begin, end in pairs]
     per_call = max(statistics.fmean(timed(5)), 1e-3)
-    timed(max(1, int(warmup_ms / per_call)))
+    timed(1 + int(warmup_ms / per_call))
     return statistics.median(timed(max(10, int(rep_ms / per_call))))
 
 
