@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 
 from .problem import REPO_ROOT
-from .records import read_records, write_atomic
+from .records import Record, code_hash, read_records, write_atomic
 from .timing import HOST_BOUND, entry_is_host_bound
 
 
@@ -31,14 +31,8 @@ def _geomean(values):
 
 
 def readable(record) -> bool:
-    """True for a record holding the fields the board reads, of the right types: run_id (str), env (a
-    mapping with a str date), status (str) and timings (a list of mappings, each with a str shape)."""
-    if not isinstance(record, dict):
-        return False
-    env, timings = record.get("env"), record.get("timings")
-    return (isinstance(record.get("run_id"), str) and isinstance(env, dict) and isinstance(env.get("date"), str)
-            and isinstance(record.get("status"), str) and isinstance(timings, list)
-            and all(isinstance(t, dict) and isinstance(t.get("shape"), str) for t in timings))
+    """True for a record holding the fields the board reads, of the right types (records.Record.from_json)."""
+    return Record.from_json(record) is not None
 
 
 def is_partial(record: dict) -> bool:

@@ -37,7 +37,7 @@ from .channel import ChannelError, describe_shared, new_key, open_channel, send_
 from .correctness import check_output, inputs_unchanged, native_reference, reference_output, self_check
 from .guard import GUARD_EXIT
 from .problem import REPO_ROOT, Problem, ProblemError
-from .records import append_record, environment
+from .records import Record, append_record, code_hash, environment
 from .rules import CHILD_MAY_REPORT, GUARD, WORKER_LOST, Failure
 from .scan import needs_cuda, scan_source, scan_violations
 from .seeds import derive_seed, new_master_seed
@@ -192,8 +192,9 @@ class Worker:
                 break
             except TimeoutError:
                 if self.process.poll() is not None:
-                    # It may have replied between the wait and its exit (a child ends after its first failure).
-                    reply = self._last_words()
+                    # A child that exits cleanly after its first failure may have replied between the wait and
+                    # its exit: that reply is the verdict. One killed by a signal crashed, whatever it said.
+                    reply = self._last_words() if self.process.returncode == 0 else None
                     if reply is not None:
                         break
                     raise self._death(phase) from None
@@ -372,18 +373,15 @@ class Run:
             self.report(record=record)
         return records
 
-    def _base_record(self, problem: Problem, target: Target) -> dict:
+    def _base_record(self, problem: Problem, target: Target) -> Record:
         names = {s.name for s in problem.shapes}
-        record = {
-            "run_id": self.run_id, "problem": problem.name, "kind": target.kind,
-            "name": target.name, "path": str(target.path) if target.path else None, "status": "ok",
-            "rule": "", "reason": "", "checks": [], "timings": [], "warnings": [], "profile": None,
-            "device": self.env.get("gpu"), "env": self.env, "build_s": None, "sandbox": "not started",
-            "partial": bool(self.config.shapes) and not names <= set(self.config.shapes) or self.config.trials < 5,
-        }
+        record = Record(run_id=self.run_id, problem=problem.name, kind=target.kind, name=target.name,
+                        path=str(target.path) if target.path else None, device=self.env.get("gpu"), env=self.env,
+                        partial=bool(self.config.shapes) and not names <= set(self.config.shapes) or self.config.trials < 5)
         if target.path:
-            record["sha256"] = hashlib.sha256(Path(target.path).read_bytes()).hexdigest()
-            record["warnings"] = scan_source(target.path, problem.reference_ops)
+            record.sha256 = hashlib.sha256(Path(target.path).read_bytes()).hexdigest()
+            record.code_sha256 = code_hash(target.path)
+            record.warnings = scan_source(target.path, problem.reference_ops)
         return record
 
     def _spec(self, problem: Problem, target: Target) -> dict:
@@ -395,13 +393,14 @@ class Run:
         return spec
 
     def evaluate_target(self, problem: Problem, target: Target, baselines: dict) -> dict:
+        """The target's record (as written to runs.jsonl): every stage fills its part of one Record."""
         record = self._base_record(problem, target)
         if target.kind == "compile" and self.device.type != "cuda":
-            record.update(status="skipped", reason="torch.compile baseline is timed on GPU runs only")
-            return record
+            record.status, record.reason = "skipped", "torch.compile baseline is timed on GPU runs only"
+            return record.to_json()
         if target.kind == "solution" and self.device.type != "cuda" and needs_cuda(target.path):
-            record.update(status="skipped", reason="builds CUDA kernels: needs a CUDA GPU, and this machine has none (not timed)")
-            return record
+            record.status, record.reason = "skipped", "builds CUDA kernels: needs a CUDA GPU, and this machine has none (not timed)"
+            return record.to_json()
         self.report(f"{target.label}: starting")
         worker = None
         try:
@@ -414,34 +413,35 @@ class Run:
             if target.kind == "solution":
                 self._check_correctness(problem, worker, record, target)
             self._time(problem, worker, record, target, baselines)
-            if record["timings"] and all("error" in t for t in record["timings"]):
-                raise Failure(record["timings"][0]["rule"], record["timings"][0]["error"])
+            if record.timings and all("error" in t for t in record.timings):
+                raise Failure(record.timings[0]["rule"], record.timings[0]["error"])
         except Failure as failure:
             status = "skipped" if failure.rule == "unavailable" else "failed"
-            record.update(status=status, rule=failure.rule if status == "failed" else "", reason=failure.reason)
+            record.status, record.rule, record.reason = status, failure.rule if status == "failed" else "", failure.reason
         except Exception as error:  # noqa: BLE001 - a fault of the checker itself must not end the run
             first = (str(error).strip().splitlines() or [""])[0][:300]
-            record.update(status="failed", rule="harness-error", reason=f"the checker failed ({type(error).__name__}: {first}); not the solution's verdict")
+            record.status, record.rule = "failed", "harness-error"
+            record.reason = f"the checker failed ({type(error).__name__}: {first}); not the solution's verdict"
         finally:
             if worker is not None:
                 worker.close()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-        return record
+        return record.to_json()
 
-    def _load(self, worker: Worker, record: dict, target: Target):
+    def _load(self, worker: Worker, record: Record, target: Target):
         loaded = _expect(worker.request({"cmd": "load"}, self.config.build_timeout_s, "building and loading"),
                          {"load_s": (int, float), "rebuilt": bool, "sandbox": str}, "loading")
-        record["sandbox"] = loaded["sandbox"][:200]
+        record.sandbox = loaded["sandbox"][:200]
         built = self.prebuilt.get(str(target.path))
-        record["load_s"] = round(loaded["load_s"], 3)
-        record["build_s"] = round(built[1], 3) if built and built[0] else record["load_s"]
-        record["rebuilt"] = loaded["rebuilt"] or bool(built and built[0] and built[1] > 5)
+        record.load_s = round(loaded["load_s"], 3)
+        record.build_s = round(built[1], 3) if built and built[0] else record.load_s
+        record.rebuilt = loaded["rebuilt"] or bool(built and built[0] and built[1] > 5)
         if isinstance(loaded.get("cpus"), str) and loaded["cpus"]:
-            record["worker_cpus"] = loaded["cpus"]
+            record.worker_cpus = loaded["cpus"]
         if isinstance(loaded.get("versions"), dict) and loaded["versions"]:
-            record["versions"] = {str(k): str(v) for k, v in loaded["versions"].items()}
-            record["requirement_versions"] = {str(k): str(v) for k, v in (loaded.get("requirement_versions") or {}).items()}
+            record.versions = {str(k): str(v) for k, v in loaded["versions"].items()}
+            record.requirement_versions = {str(k): str(v) for k, v in (loaded.get("requirement_versions") or {}).items()}
 
     # ---- inputs and slots, all the parent's ---------------------------------------------------
     def _draw(self, problem: Problem, shape, seed: int, probe_from=None) -> list:
@@ -487,7 +487,7 @@ class Run:
             shutil.rmtree(directory, ignore_errors=True)
 
     # ---- correctness -------------------------------------------------------------------------
-    def _check_correctness(self, problem: Problem, worker: Worker, record: dict, target: Target):
+    def _check_correctness(self, problem: Problem, worker: Worker, record: Record, target: Target):
         trials, metas = self.config.trials, {}
         directory = self._scratch()
         shapes = correctness_shapes(problem, self.config.shapes, self.device)
@@ -521,7 +521,7 @@ class Run:
                     for key, value in summary.items():
                         worst[key] = max(worst[key], value)
                     del inputs, slot, pool
-                record["checks"].append({"shape": shape.name, "dtype": shape.dtype, "trials": len(plan), "passed": True, **worst})
+                record.checks.append({"shape": shape.name, "dtype": shape.dtype, "trials": len(plan), "passed": True, **worst})
         finally:
             self._remove(directory)
 
@@ -530,7 +530,7 @@ class Run:
             torch.cuda.synchronize(self.device)
 
     # ---- timing --------------------------------------------------------------------------------
-    def _time(self, problem: Problem, worker: Worker, record: dict, target: Target, baselines: dict):
+    def _time(self, problem: Problem, worker: Worker, record: Record, target: Target, baselines: dict):
         for shape in timing_shapes(problem, self.config.shapes, self.device):
             self.report(f"{target.label}: timing {shape.name}")
             nbytes, flops = problem.bytes_moved(shape), problem.flops(shape)
@@ -543,10 +543,10 @@ class Run:
                     self.report(f"{target.label}: timing {shape.name} again in {self.config.host_bound_processes - 1} more processes (host-bound)")
                     runs += self._time_again(problem, worker, shape, target)
             except ShapeFailure as failure:
-                record["timings"].append({"shape": shape.name, "dtype": shape.dtype, "rule": failure.rule, "error": failure.reason})
+                record.timings.append({"shape": shape.name, "dtype": shape.dtype, "rule": failure.rule, "error": failure.reason})
                 continue
             entry = self._timing_entry(shape, runs, nbytes, flops, baselines)
-            record["timings"].append(entry)
+            record.timings.append(entry)
             if target.kind == "solution":
                 for process, (stats_p, batch_p, parent_p) in enumerate(runs, 1):
                     self._physics(problem, shape, self._label(shape, process), entry, stats_p.median_ms, batch_p, parent_p)
@@ -710,7 +710,7 @@ class Run:
             self._verify(problem, shape, seed_of(batch, i), slots[i], buffers[i], label, "a queued call")
         return float(device_ms)
 
-    def _profile(self, problem: Problem, worker: Worker, record: dict, shape):
+    def _profile(self, problem: Problem, worker: Worker, record: Record, shape):
         """Which kernels the call launched at this timing shape: none of its own is not a custom kernel."""
         pool = SharedPool(self.device, None)
         inputs, described = pool.share(self._draw(problem, shape, derive_seed(self.seed, problem.name, shape.name, "profile")))
@@ -718,8 +718,9 @@ class Run:
         result = worker.request({"cmd": "profile", "shape": shape.name, "inputs": described}, self.config.call_timeout_s, f"profiling {shape.name}")
         _expect(result, {"kernel_count": int, "own_kernels": int, "own_share": (int, float), "kernels": list}, "profiling")
         result.pop("status", None)
-        record["profile"] = record["profile"] or result
-        record.setdefault("profiles", {})[shape.name] = {k: result[k] for k in ("kernel_count", "own_kernels", "own_share")}
+        record.profile = record.profile or result
+        record.profiles = record.profiles or {}
+        record.profiles[shape.name] = {k: result[k] for k in ("kernel_count", "own_kernels", "own_share")}
         if result["kernel_count"] and result["own_kernels"] and result["own_share"] < OWN_SHARE:
             names = ", ".join(str(k.get("name", ""))[:40] for k in result["kernels"][:3] if isinstance(k, dict) and not k.get("own"))
             raise Failure("not-custom-kernel", f"{shape.name}: its own kernels took {100 * result['own_share']:.0f}% of the GPU time, "

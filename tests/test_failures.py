@@ -43,7 +43,10 @@ def test_failure_kinds_have_their_rule(tmp_path, source, rule, words):
 
 
 def test_crash_is_reported_with_its_signal(tmp_path):
-    source = "import os, signal, torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        os.kill(os.getpid(), signal.SIGSEGV)\n"
+    # pthread_kill, not os.kill: a signal sent to the process may land on another thread while this one
+    # returns None and replies (bad-output) before the process dies.
+    source = ("import signal, threading, torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+              "        signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)\n")
     record = _one_line(evaluate("softmax", write_solution(tmp_path, source), tmp_path))
     assert record["rule"] == "crash" and "SIGSEGV" in record["reason"]
 

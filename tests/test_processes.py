@@ -10,6 +10,7 @@ import torch
 from conftest import evaluate, write_solution
 from harness import runner
 from harness.problem import find_problem
+from harness.records import Record
 from harness.runner import Config, Failure, Run, Target
 
 CPU = torch.device("cpu")
@@ -62,9 +63,9 @@ def _time_scripted(tmp_path, monkeypatch, replies, kind="solution", baselines=No
     monkeypatch.setattr(runner.Run, "_time_in", time_in)
     run = Run(CPU, tmp_path / "runs.jsonl", Config(shapes=("one_row",), host_bound_processes=3, profile=False))
     run.device, run.copy_bw, run.read_bw, run.matmul_rate = torch.device("cuda"), 4e12, 4.3e12, 0.0
-    spec, record = {"replies": script, "closed": 0}, {"timings": []}
+    spec, record = {"replies": script, "closed": 0}, Record(run_id="r", problem="softmax", kind=kind, name=kind, path=None, device=None, env={})
     run._time(find_problem("softmax"), ScriptedWorker(spec), record, Target(kind, kind), baselines or {})
-    return record, spec
+    return record.to_json(), spec
 
 
 def test_a_host_bound_entry_takes_the_median_of_the_process_medians(tmp_path, monkeypatch):
