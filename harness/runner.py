@@ -47,6 +47,8 @@ from .timing import (TimingStats, burst_calls, copy_bandwidth, escape_bound, is_
 # The fastest honest kernels reach ~99% of the copy figure (a copy-like kernel) and ~101% of the read figure
 # (a read-mostly one); a time that implies more than this multiple of the ceiling that bounds it is not real.
 PHYSICS_MARGIN = 1.05
+FLOOR_BYTES = "bytes at the measured read and copy bandwidth"
+FLOOR_FLOPS = "flops at the measured bf16 matrix rate"
 # A solution's own kernels must take at least this share of its GPU time at every timing shape (the shipped
 # ones take over 90%): one trivial kernel beside the library's own op is not a custom kernel.
 OWN_SHARE = 0.5
@@ -545,7 +547,7 @@ class Run:
             except ShapeFailure as failure:
                 record.timings.append({"shape": shape.name, "dtype": shape.dtype, "rule": failure.rule, "error": failure.reason})
                 continue
-            entry = self._timing_entry(shape, runs, nbytes, flops, baselines)
+            entry = self._timing_entry(problem, shape, runs, nbytes, flops, baselines)
             record.timings.append(entry)
             if target.kind == "solution":
                 for process, (stats_p, batch_p, parent_p) in enumerate(runs, 1):
@@ -748,7 +750,7 @@ class Run:
                 extra.close()
         return runs
 
-    def _timing_entry(self, shape, runs: list, nbytes, flops, baselines) -> dict:
+    def _timing_entry(self, problem: Problem, shape, runs: list, nbytes, flops, baselines) -> dict:
         """The shape's entry. With several processes the median is the median of theirs (rates and
         speedups follow it) and the other statistics stay the first process's."""
         stats, batch, parent = runs[0]
@@ -765,6 +767,9 @@ class Run:
             entry.update(median_of="processes", processes=len(medians), process_medians_ms=list(medians))
         if self.copy_bw:
             entry["pct_copy_bw"] = 100.0 * nbytes / seconds / self.copy_bw if seconds > 0 else math.inf
+            floor, bound = self.floor_seconds(problem, shape)
+            entry["pct_floor"] = 100.0 * floor / seconds if seconds > 0 else math.inf
+            entry["floor_bound"] = "bytes" if bound == FLOOR_BYTES else "flops"
         for kind in ("eager", "compile"):
             base = baselines.get(shape.name, {}).get(kind)
             if base and median > 0:
@@ -793,8 +798,8 @@ class Run:
         floor_bytes = read / read_bw + written * write_cost
         floor_flops = problem.flops(shape) / self.matmul_rate if self.matmul_rate else 0.0
         if floor_bytes >= floor_flops:
-            return floor_bytes, "bytes at the measured read and copy bandwidth"
-        return floor_flops, "flops at the measured bf16 matrix rate"
+            return floor_bytes, FLOOR_BYTES
+        return floor_flops, FLOOR_FLOPS
 
     def _physics(self, problem, shape, label: str, entry: dict, median_ms: float, batch: dict | None, parent: dict):
         """One process's median against the physical floor, against the parent's own clock over the

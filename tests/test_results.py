@@ -109,7 +109,8 @@ def test_a_reference_row_keeps_the_shapes_it_could_time(tmp_path):
     append_record(liger, path)
     leaderboard.regenerate(tmp_path)
     row = next(line for line in (tmp_path / "leaderboard.md").read_text().splitlines() if "*liger*" in line)
-    assert "(1 of 2 shapes)" in row and "failed: exception: n = 393216 exceeds the blocksize" in row
+    assert "(1 of 2 shapes)" in row and "failed (exception note 1)" in row
+    assert "1. liger at s1: **exception**: n = 393216 exceeds the blocksize" in (tmp_path / "leaderboard.md").read_text()
 
 
 def test_a_host_bound_figure_is_marked_and_explained(tmp_path):
@@ -138,7 +139,7 @@ def test_a_figure_from_several_processes_says_so(tmp_path):
     leaderboard.regenerate(tmp_path)
     text = (tmp_path / "leaderboard.md").read_text()
     row = next(line for line in text.splitlines() if "*eager*" in line)
-    assert "3 ms · 0.67x eager · 1.00x compile · 80% BW · host-bound† (3 processes) · device 0.8 ms |" in row
+    assert "3 ms · 1.00x eager · 1.00x compile · 80% copy BW · host-bound† (3 processes) · device 0.8 ms |" in row
     assert "Those marked (N processes) were timed in N fresh processes; the figure is the median of their medians." in text
     assert '"device": the same calls' in text
     board = json.loads((tmp_path / "leaderboard.json").read_text())
@@ -184,10 +185,10 @@ def test_a_solution_edited_after_its_run_is_marked_as_not_the_measured_code(tmp_
     broken.write_text("# fixed, not yet measured\n")
     leaderboard.regenerate(tmp_path)
     text = (tmp_path / "leaderboard.md").read_text()
-    assert "| **1. edited.py** · file changed since run r1 | " in text
+    assert "| **1. edited.py** · code changed since run r1 | " in text
     assert "| **2. kept.py** | " in text
-    assert 'Rows marked "file changed" were measured on an earlier version of their file' in text
-    assert f"- `{broken}` (file changed since that run): **wrong-output**" in text
+    assert 'Rows marked "code changed" were measured on an earlier version of their file' in text
+    assert f"- `{broken}` (code changed since that run): **wrong-output**" in text
     board = json.loads((tmp_path / "leaderboard.json").read_text())["softmax"]["NVIDIA H200"]
     assert [s["file_changed"] for s in board["ranked"]] == [True, False]
 
@@ -264,3 +265,35 @@ def test_the_terminal_report_warns_loudly_about_an_unsandboxed_record():
     lines = [line for line in stream.getvalue().splitlines() if "UNSANDBOXED" in line]
     assert lines == [f"warning: {loose['path']} ran UNSANDBOXED (landlock unavailable [kernel 5.4]): its verdict is weaker"]
     assert unsandboxed_warning(boxed) is None and unsandboxed_warning(_record("old")) is None
+
+
+def test_a_comment_only_edit_keeps_the_row_current_and_a_code_edit_does_not(tmp_path):
+    from harness.records import code_hash
+
+    commented, recoded = tmp_path / "commented.py", tmp_path / "recoded.py"
+    for file in (commented, recoded):
+        file.write_text('"""doc"""\nX = 1  # one\n')
+    records = [_record("eager", kind="eager", medians=(2.0, 2.0))]
+    records += [_record(f.stem, medians=(1.0, 1.0)) | {"path": str(f), "sha256": "old", "code_sha256": code_hash(f)} for f in (commented, recoded)]
+    for record in records:
+        append_record(record, tmp_path / "runs.jsonl")
+    commented.write_text('"""A new docstring."""\n\nX = 1  # a longer comment\n')
+    recoded.write_text('"""doc"""\nX = 2  # one\n')
+    leaderboard.regenerate(tmp_path)
+    board = json.loads((tmp_path / "leaderboard.json").read_text())["softmax"]["NVIDIA H200"]
+    assert {s["name"]: s["file_changed"] for s in board["ranked"]} == {"commented": False, "recoded": True}
+
+
+def test_a_renamed_file_keeps_its_figures_under_its_new_name(tmp_path):
+    old, new = "solutions/softmax/fast_v4.py", "solutions/softmax/register_rows.py"
+    records = [_record("eager", kind="eager", medians=(2.0, 2.0)), _record("fast_v4", medians=(1.0, 1.0)) | {"path": old, "sha256": "x"}]
+    cell = leaderboard.build(records, renames={old: new})["softmax"]["NVIDIA H200"]
+    assert [(s["path"], s["measured_as"], s["file_changed"]) for s in cell["ranked"]] == [(new, old, True)]
+    text = leaderboard.render_markdown(leaderboard.build(records, renames={old: new}))
+    assert "**1. register_rows.py** · code changed since run r1 (measured as fast_v4.py)" in text
+
+
+def test_a_cpu_only_board_has_no_broken_table():
+    records = [_record("simple", status="skipped", reason="needs a CUDA GPU") | {"device": "cpu (no CUDA device)"}]
+    text = leaderboard.render_markdown(leaderboard.build(records))
+    assert "Nothing was timed" in text and "Measured -" not in text and "|  |" not in text
