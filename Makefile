@@ -1,23 +1,34 @@
-# make setup | make eval PROBLEM=softmax [SOLUTION=solutions/softmax/x.py] | make test | make leaderboard | make compare PROBLEM=softmax
-# PYTHON=python3 runs everything under a python that already has torch, ninja, pyyaml, rich (and pytest).
+# make setup | make test | make test-all | make eval PROBLEM=softmax [SOLUTION=...] | make new PROBLEM=softmax NAME=mine
+# make leaderboard | make compare PROBLEM=softmax | make selfcheck [PROBLEM=...] | make build | make list
+# PYTHON=python3 runs everything under a python that already has torch, ninja, pyyaml, rich and pytest.
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 PROBLEM ?=
 SOLUTION ?=
+NAME ?=
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup eval test leaderboard compare selfcheck list
+.PHONY: setup eval new test test-all leaderboard compare selfcheck build list
 
+# The versions CI tests with (constraints.txt).
 setup:
 	python3 -m venv .venv
 	.venv/bin/python -m pip install -q --upgrade pip
-	.venv/bin/python -m pip install -q -e '.[test]'
+	.venv/bin/python -m pip install -q -c constraints.txt -e '.[test]'
 
 eval:
 	$(PYTHON) -m harness eval $(PROBLEM) $(if $(SOLUTION),--solution $(SOLUTION)) $(ARGS)
 
+new:
+	$(PYTHON) -m harness new $(PROBLEM) $(NAME)
+
+# Under 5 minutes on 2 cores: everything but the nvcc builds and the exhaustive exploit sweep.
 test:
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -ra -m "not compile and not slow" $(PYTEST_ARGS)
+
+# Everything (what CI runs): the nvcc builds run where CUDA_HOME has nvcc, GPU tests where there is a GPU.
+test-all:
+	$(PYTHON) -m pytest -q -ra $(PYTEST_ARGS)
 
 leaderboard:
 	$(PYTHON) -m harness leaderboard
@@ -27,6 +38,9 @@ compare:
 
 selfcheck:
 	$(PYTHON) -m harness selfcheck $(PROBLEM)
+
+build:
+	$(PYTHON) -m harness build $(PROBLEM) $(ARGS)
 
 list:
 	$(PYTHON) -m harness list

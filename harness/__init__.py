@@ -11,6 +11,7 @@ Modules, one job each:
   guard        the child's audit hook, module snapshot and sealed torch hooks (introspection is a verdict)
   integrity    the aten-op recorder and the poisoning of freed memory, inside the solution's process
   build        where extensions are built and how build errors are summarised
+  scaffold     a new solution file from the problem's simple.py or a template (`make new`)
   child        the process that imports and runs one solution (or baseline) under the parent's orders
   runner       the parent: draws inputs, spawns children, verifies outputs, applies the rules, writes records
   profiling    which kernels a solution launched
