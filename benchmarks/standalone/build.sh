@@ -12,23 +12,27 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 bin=${1:-$here/bin}
 gen="$bin/gen"
 mkdir -p "$bin" "$gen"
-# The device strings of the solution files under SRC_ROOT, as headers in GEN_DIR.  InfoNCE: fast_v3's device string as
-# is; fast.py's string is one torch extension source, so only its device part (its anonymous namespace, everything
-# before the torch host function) is kept.
+# The device strings of the solution files under SRC_ROOT, as headers in GEN_DIR.  InfoNCE: wgmma_fused.py's device
+# string as is; a BASE revision from before its rename has fast_v3.py and fast.py instead, whose bench wants both
+# (fast.py's string is one torch extension source, so only its device part, its anonymous namespace, is kept).
 gen_headers() {  # SRC_ROOT GEN_DIR
     local src=$1 out=$2
     local ce="$src/solutions/cross_entropy/tma_pieces.py"
     [ -f "$ce" ] || ce="$src/solutions/cross_entropy/fast_v3.py"  # a BASE revision before the rename
     python3 "$here/extract_src.py" "$ce" "$out/ce_v3.cuh"
-    python3 "$here/extract_src.py" "$src/solutions/infonce/fast_v3.py" "$out/infonce_v3.cuh"
-    python3 "$here/extract_src.py" "$src/solutions/infonce/fast.py" "$out/infonce_fast_full.cuh" _cuda_src
-    python3 - "$out/infonce_fast_full.cuh" "$out/infonce_fast_dev.cuh" <<'EOF_PY'
+    if [ -f "$src/solutions/infonce/wgmma_fused.py" ]; then
+        python3 "$here/extract_src.py" "$src/solutions/infonce/wgmma_fused.py" "$out/infonce_wgmma_fused.cuh"
+    else
+        python3 "$here/extract_src.py" "$src/solutions/infonce/fast_v3.py" "$out/infonce_v3.cuh"
+        python3 "$here/extract_src.py" "$src/solutions/infonce/fast.py" "$out/infonce_fast_full.cuh" _cuda_src
+        python3 - "$out/infonce_fast_full.cuh" "$out/infonce_fast_dev.cuh" <<'EOF_PY'
 import sys
 lines = open(sys.argv[1]).read().splitlines(keepends=True)
 start = lines.index("namespace {\n")
 end = lines.index("}  // namespace\n", start)
 open(sys.argv[2], "w").write("".join(lines[start:end + 1]))
 EOF_PY
+    fi
 }
 gen_headers "$root" "$gen"
 # softmax_regs.cu (not built from a BASE revision) compiles register_rows.py's device string.
@@ -41,27 +45,20 @@ for src in "$here"/*.cu; do
         cat "$bin/$name.ptxas.txt"; exit 1; }
 done
 
-# The bench and its two diagnostic builds (see the probe group in infonce_bench.cu), two at a time.
-build_infonce() {  # NAME EXTRA_FLAGS...
-    local name=$1; shift
-    "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo "$@" \
-        -Xptxas -v -I"$here" -I"$gen" -o "$bin/$name" "$here/infonce_bench.cu" 2> "$bin/$name.ptxas.txt" || {
-        cat "$bin/$name.ptxas.txt"; return 1; }
+# The InfoNCE bench and the wgmma rate probe (both compile wgmma_fused.py's device string), side by side.
+build_sm90a() {  # NAME
+    "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -Xptxas -v -I"$here" \
+        -I"$gen" -o "$bin/$1" "$here/$1.cu" 2> "$bin/$1.ptxas.txt" || { cat "$bin/$1.ptxas.txt"; return 1; }
 }
-build_infonce infonce_bench &
-build_infonce infonce_probe_stamps -DINFONCE_V3_STAMPS &  # all variants: INFONCE_PROBE_VARIANT picks one
+build_sm90a infonce_bench &
+build_sm90a wgmma_rate &
 wait -n && wait -n  # both must succeed
-build_infonce infonce_probe_nofence -DINFONCE_BENCH_PROBE -DINFONCE_V3_NO_PROXY_FENCE &
-build_infonce infonce_probe_tma255 -DINFONCE_BENCH_PROBE -DINFONCE_V3_STAMPS -DINFONCE_V3_TMA_TID=255 &
-"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -Xptxas -v -I"$here" -I"$gen" \
-    -o "$bin/wgmma_rate" "$here/wgmma_rate.cu" 2> "$bin/wgmma_rate.ptxas.txt" || { cat "$bin/wgmma_rate.ptxas.txt"; exit 1; }
-wait -n && wait -n
 "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -Xptxas -v -I"$here" -I"$gen" \
     -o "$bin/stream_probe" "$here/stream_probe.cu" 2> "$bin/stream_probe.ptxas.txt" || {
     cat "$bin/stream_probe.ptxas.txt"; exit 1; }
-# merge_probe ends one of its stand-ins with fast_v3's own finish_cta, stamped
-"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo -DINFONCE_BENCH_PROBE \
-    -DINFONCE_V3_STAMPS -Xptxas -v -I"$here" -I"$gen" -o "$bin/merge_probe" "$here/merge_probe.cu" \
+# merge_probe ends one of its stand-ins with the InfoNCE solution's own finish_cta
+"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cudart static -lineinfo \
+    -Xptxas -v -I"$here" -I"$gen" -o "$bin/merge_probe" "$here/merge_probe.cu" \
     2> "$bin/merge_probe.ptxas.txt" || { cat "$bin/merge_probe.ptxas.txt"; exit 1; }
 
 # BASE: the same two benches from another revision (its own bench sources, which match its solution files).
