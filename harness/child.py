@@ -137,7 +137,9 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     import torch._dynamo  # noqa: F401 - it rewraps some torch functions on import: before the snapshot
     import torch.utils.cpp_extension  # noqa: F401 - imported by solutions; its import adds to torch's dicts
 
-    from . import build, guard, profiling, timing
+    import dataclasses
+
+    from . import build, guard, messages, profiling, timing
     from .channel import open_shared
     from .integrity import AtenOpRecorder, poison_freed
     from .problem import load_module, load_problem
@@ -213,7 +215,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             after = build.built_libraries(Path(spec["extension_dir"]))
             verify("loading")
             set_phase("run")
-            return {"load_s": load_s, "rebuilt": bool(after) and after != before, "cpus": cpus, "sandbox": sandbox_status}
+            return messages.LoadReply(load_s, bool(after) and after != before, sandbox_status, cpus)
         if kind == "external":
             functions = load_module(problem.directory / "externals.py", f"externals_{problem.name}")
             for package in spec["requires"]:
@@ -221,8 +223,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                     raise Failure("unavailable", f"{package} is not importable here")
                 versions.update(installed_versions(package))
             state["external"] = getattr(functions, spec["function"])
-        return {"load_s": 0.0, "rebuilt": False, "cpus": cpus, "versions": versions, "sandbox": sandbox_status,
-                "requirement_versions": requirement_versions(versions)}
+        return messages.LoadReply(0.0, False, sandbox_status, cpus, versions, requirement_versions(versions))
 
     def model_for(shape_name: str):
         if shape_name not in state["models"]:
@@ -272,7 +273,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         seal()
         del slot
         poison_freed(sizes if device.type == "cuda" else [])
-        return {"ops": sorted(ops)}
+        return messages.CallReply(sorted(ops))
 
     empty = torch.empty
 
@@ -291,7 +292,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         verify("timing")
         seal()
         del slots
-        return {"times_ms": times}
+        return messages.TimeReply(times)
 
     def burst(msg):
         model = model_for(msg["shape"])
@@ -300,7 +301,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             result = burst_calls(model, sets, int(msg["calls"]))
         verify("the escape check")
         del sets
-        return result
+        return messages.BurstReply(**result)
 
     def queued(msg):
         model = model_for(msg["shape"])
@@ -312,7 +313,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         verify("the device-time batch")
         seal()
         del slots
-        return {"device_ms": device_ms}
+        return messages.QueuedReply(device_ms)
 
     def profile(msg):
         model = model_for(msg["shape"])
@@ -321,10 +322,10 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             result = profiling.profile_kernels(model, inputs)
         verify("profiling")
         del inputs
-        return result
+        return messages.ProfileReply(**result)
 
     def probe(_msg):
-        return {"probe_us": issue_probe()}
+        return messages.ProbeReply(issue_probe())
 
     handlers = {"load": ("loading", load), "call": ("running a correctness trial", call), "time": ("timing", time_batch),
                 "burst": ("the escape check", burst), "queued": ("timing queued calls", queued),
@@ -345,7 +346,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             if is_solution or command == "load" or rule == "cuda-error":
                 return
             continue
-        send({"status": "ok", **result})
+        send({"status": "ok", **dataclasses.asdict(result)})
 
 
 if __name__ == "__main__":

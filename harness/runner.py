@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from . import build, sandbox
+from . import build, messages, sandbox
 from .channel import ChannelError, describe_shared, new_key, open_channel, send_plain, shared_cpu_tensor
 from .correctness import check_output, inputs_unchanged, native_reference, reference_output, self_check
 from .guard import GUARD_EXIT
@@ -117,23 +117,6 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def _expect(reply: dict, fields: dict, phase: str) -> dict:
-    """Each field of a reply has its type, or the reply is a rejection (never a crash of the parent)."""
-    for key, kinds in fields.items():
-        value = reply.get(key)
-        if not isinstance(value, kinds) or isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
-            raise Failure("bad-reply", f"while {phase}: the reply's {key!r} is {type(value).__name__}, not what the harness sent for")
-    return reply
-
-
-def _times(reply: dict, count: int, phase: str) -> list:
-    times = reply.get("times_ms")
-    if not isinstance(times, list) or len(times) != count or not all(isinstance(t, (int, float)) and not isinstance(t, bool)
-                                                                      and math.isfinite(t) and t >= 0 for t in times):
-        raise Failure("bad-reply", f"while {phase}: the reply's times are not {count} finite numbers")
-    return [float(t) for t in times]
-
-
 class Worker:
     """The parent's end of one child process: spawn, sandbox spec, authenticated requests, cleanup. Each
     request names a command whose handler of the same name runs in the child (harness/child.py)."""
@@ -182,9 +165,11 @@ class Worker:
         dirs |= {p for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
         return sorted(dirs | {str(REPO_ROOT / "harness"), str(Path(torch.__file__).parent)})
 
-    def request(self, msg: dict, timeout: float, phase: str) -> dict:
+    def request(self, msg, timeout: float, phase: str, reply_type=None):
+        """Send one request (a messages.Request) and wait for its reply: a failure reply raises Failure with
+        the child's rule; otherwise the reply is read as `reply_type` (the raw mapping when None)."""
         try:
-            self.send(msg)
+            self.send(msg.wire() if isinstance(msg, messages.Request) else msg)
         except (BrokenPipeError, OSError):
             raise self._death(phase) from None
         deadline = time.monotonic() + timeout
@@ -222,7 +207,7 @@ class Worker:
             if strays:
                 raise Failure("background-process", f"{len(strays)} process(es) still running after {phase} (pid {strays[0]}): "
                                                     "nothing the solution starts may outlive the call that started it")
-        return reply
+        return messages.read(reply_type, reply, phase) if reply_type is not None else reply
 
     def _last_words(self) -> dict | None:
         """A reply already in the pipe from a child that has since exited, or None."""
@@ -432,18 +417,17 @@ class Run:
         return record.to_json()
 
     def _load(self, worker: Worker, record: Record, target: Target):
-        loaded = _expect(worker.request({"cmd": "load"}, self.config.build_timeout_s, "building and loading"),
-                         {"load_s": (int, float), "rebuilt": bool, "sandbox": str}, "loading")
-        record.sandbox = loaded["sandbox"][:200]
+        loaded = worker.request(messages.Load(), self.config.build_timeout_s, "building and loading", messages.LoadReply)
+        record.sandbox = loaded.sandbox[:200]
         built = self.prebuilt.get(str(target.path))
-        record.load_s = round(loaded["load_s"], 3)
+        record.load_s = round(loaded.load_s, 3)
         record.build_s = round(built[1], 3) if built and built[0] else record.load_s
-        record.rebuilt = loaded["rebuilt"] or bool(built and built[0] and built[1] > 5)
-        if isinstance(loaded.get("cpus"), str) and loaded["cpus"]:
-            record.worker_cpus = loaded["cpus"]
-        if isinstance(loaded.get("versions"), dict) and loaded["versions"]:
-            record.versions = {str(k): str(v) for k, v in loaded["versions"].items()}
-            record.requirement_versions = {str(k): str(v) for k, v in (loaded.get("requirement_versions") or {}).items()}
+        record.rebuilt = loaded.rebuilt or bool(built and built[0] and built[1] > 5)
+        if loaded.cpus:
+            record.worker_cpus = loaded.cpus
+        if loaded.versions:
+            record.versions = {str(k): str(v) for k, v in loaded.versions.items()}
+            record.requirement_versions = {str(k): str(v) for k, v in loaded.requirement_versions.items()}
 
     # ---- inputs and slots, all the parent's ---------------------------------------------------
     def _draw(self, problem: Problem, shape, seed: int, probe_from=None) -> list:
@@ -510,12 +494,9 @@ class Run:
                     inputs, described = pool.share(self._draw(problem, shape, seed, probe_from))
                     slot = poison(pool.tensor(out_shape, out_dtype))
                     self._sync()
-                    reply = worker.request({"cmd": "call", "shape": shape.name, "inputs": described, "slot": describe_shared(slot)},
-                                           self.config.call_timeout_s, f"running {shape.name} {label}")
-                    ops = reply.get("ops")
-                    if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
-                        raise Failure("bad-reply", f"{shape.name}, {label}: the reply's op list is malformed")
-                    used = sorted(set(ops) & set(problem.core_aten_ops))
+                    reply = worker.request(messages.Call(shape.name, described, describe_shared(slot)), self.config.call_timeout_s,
+                                           f"running {shape.name} {label}", messages.CallReply)
+                    used = sorted(set(reply.ops) & set(problem.core_aten_ops))
                     if used:
                         raise Failure("not-custom-kernel", f"forward calls the reference's own op(s) aten::{', aten::'.join(used)}")
                     where = " (inputs share their first and last elements with the previous trial: a cached result?)" if probe_from else ""
@@ -594,7 +575,7 @@ class Run:
             def sets_described(n: int = count) -> list:
                 """Described afresh for every request: each description is one share that the child releases."""
                 return [describe(b) for b in buffers[:n]]
-            probe = worker.request({"cmd": "probe"}, timeout, f"probing the host for {label}")["probe_us"]
+            probe = worker.request(messages.Probe(), timeout, f"probing the host for {label}", messages.ProbeReply).probe_us
 
             def batch_request(batch: int, extra: dict) -> tuple:
                 if batch:
@@ -602,11 +583,13 @@ class Run:
                         SharedPool.refill(buffer, self._draw(problem, shape, seed_of(batch, i)))
                 for slot in slots:
                     poison(slot)
-                message = {"cmd": "time", "shape": shape.name, "sets": sets_described(), "slots": [describe_shared(s) for s in slots], **extra}
+                message = messages.Time(shape.name, sets_described(), [describe_shared(s) for s in slots], **extra)
                 self._sync()
                 t0 = time.perf_counter()  # the parent's clock: the request, the child's whole batch, the reply
-                reply = worker.request(message, timeout, f"timing {label}")
-                return _times(reply, count, f"timing {label}"), time.perf_counter() - t0
+                reply = worker.request(message, timeout, f"timing {label}", messages.TimeReply)
+                if len(reply.times_ms) != count or any(t < 0 for t in reply.times_ms):
+                    raise Failure("bad-reply", f"while timing {label}: the reply's times are not {count} non-negative numbers")
+                return [float(t) for t in reply.times_ms], time.perf_counter() - t0
 
             samples, walls, kept, start, batch = [], [], [], time.perf_counter(), 0
             stats = None
@@ -671,14 +654,14 @@ class Run:
         while done < 6:
             self._sync()
             t0 = time.perf_counter()
-            reply = worker.request({"cmd": "burst", "shape": shape.name, "sets": sets_described(), "calls": calls}, timeout, f"the escape check of {label}")
+            reply = worker.request(messages.Burst(shape.name, sets_described(), calls), timeout, f"the escape check of {label}",
+                                   messages.BurstReply)
             wall_ms = (time.perf_counter() - t0) * 1e3
-            _expect(reply, {"launch_ms_per_call": (int, float), "wall_ms_per_call": (int, float)}, "the escape check")
             done += 1
-            batch = {"calls": calls, "launch_ms_per_call": float(reply["launch_ms_per_call"]),
-                     "wall_ms_per_call": max(float(reply["wall_ms_per_call"]), 0.0), "parent_wall_ms": wall_ms}
-            if isinstance(reply.get("events_ms_per_call"), (int, float)):
-                batch["events_ms_per_call"] = float(reply["events_ms_per_call"])
+            batch = {"calls": calls, "launch_ms_per_call": float(reply.launch_ms_per_call),
+                     "wall_ms_per_call": max(float(reply.wall_ms_per_call), 0.0), "parent_wall_ms": wall_ms}
+            if reply.events_ms_per_call is not None:
+                batch["events_ms_per_call"] = float(reply.events_ms_per_call)
             if best is None or batch["parent_wall_ms"] < best["parent_wall_ms"]:
                 best = batch
             if done < 2:
@@ -701,13 +684,11 @@ class Run:
             SharedPool.refill(buffers[i], self._draw(problem, shape, seed_of(batch, i)))
             poison(slots[i])
         self._sync()
-        reply = worker.request({"cmd": "queued", "shape": shape.name, "sets": sets_described(calls), "slots": [describe_shared(s) for s in slots[:calls]],
-                                "host_ms_per_call": launch_ms}, timeout, f"the device time of {label}")
-        device_ms = reply.get("device_ms")
+        reply = worker.request(messages.Queued(shape.name, sets_described(calls), [describe_shared(s) for s in slots[:calls]], launch_ms),
+                               timeout, f"the device time of {label}", messages.QueuedReply)
+        device_ms = reply.device_ms
         if device_ms is None:
             return None
-        if not isinstance(device_ms, (int, float)) or not math.isfinite(device_ms):
-            raise Failure("bad-reply", f"{label}: the device time is not a number")
         for i in range(calls):
             self._verify(problem, shape, seed_of(batch, i), slots[i], buffers[i], label, "a queued call")
         return float(device_ms)
@@ -717,9 +698,9 @@ class Run:
         pool = SharedPool(self.device, None)
         inputs, described = pool.share(self._draw(problem, shape, derive_seed(self.seed, problem.name, shape.name, "profile")))
         self._sync()
-        result = worker.request({"cmd": "profile", "shape": shape.name, "inputs": described}, self.config.call_timeout_s, f"profiling {shape.name}")
-        _expect(result, {"kernel_count": int, "own_kernels": int, "own_share": (int, float), "kernels": list}, "profiling")
-        result.pop("status", None)
+        reply = worker.request(messages.Profile(shape.name, described), self.config.call_timeout_s, f"profiling {shape.name}",
+                               messages.ProfileReply)
+        result = dataclasses.asdict(reply)
         record.profile = record.profile or result
         record.profiles = record.profiles or {}
         record.profiles[shape.name] = {k: result[k] for k in ("kernel_count", "own_kernels", "own_share")}
@@ -740,7 +721,7 @@ class Run:
         for process in range(2, self.config.host_bound_processes + 1):
             extra = spawn(worker.spec, self.config)
             try:
-                extra.request({"cmd": "load"}, self.config.build_timeout_s, f"loading for {self._label(shape, process)}")
+                extra.request(messages.Load(), self.config.build_timeout_s, f"loading for {self._label(shape, process)}", messages.LoadReply)
                 runs.append(self._time_in(problem, extra, shape, target, process))
             except Failure as failure:
                 if target.kind == "solution":
@@ -847,7 +828,7 @@ def prebuild(items: list, device: torch.device, jobs: int = 4, timeout: float = 
             spec = {"kind": "solution", "path": str(Path(path).resolve()), "problem_dir": str(problem.directory.resolve()),
                     "device": str(device), "requires": [], "function": "", "extension_dir": str(build.extension_dir(Path(path), problem.name))}
             worker = spawn(spec, config)
-            worker.send({"cmd": "load"})
+            worker.send(messages.Load().wire())
             running.append((path, worker, time.monotonic()))
         for item in list(running):
             path, worker, started = item

@@ -1,5 +1,6 @@
-"""Every shipped CUDA solution builds with nvcc for sm_90 on a machine without a GPU (the extension
-is built by importing the solution file, exactly as the harness does). Cached under .build/."""
+"""Every shipped solution imports the way the harness imports it, on a machine without a GPU: one that
+builds an extension builds it (nvcc for sm_90, cached under .build/); a pure-PyTorch one builds nothing
+and is held to nothing more than importing and defining ModelNew."""
 import os
 import shutil
 import subprocess
@@ -38,4 +39,5 @@ def test_solution_compiles_for_sm90(problem, path):
     env["TORCH_CUDA_ARCH_LIST"] = "9.0"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    assert ".so" in result.stdout
+    if "load_inline" in path.read_text() or "cpp_extension" in path.read_text():
+        assert ".so" in result.stdout, result.stdout[-2000:]

@@ -23,8 +23,10 @@ class ScriptedWorker:
     def __init__(self, spec: dict, config=None):
         self.spec = spec
 
-    def request(self, msg, timeout, phase):
-        return {"status": "ok"}
+    def request(self, msg, timeout, phase, reply_type=None):
+        from harness import messages
+
+        return messages.LoadReply(0.0, False, "scripted") if reply_type is messages.LoadReply else {"status": "ok"}
 
     def close(self):
         self.spec["closed"] += 1

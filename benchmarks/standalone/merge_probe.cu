@@ -8,16 +8,15 @@
 // that they mark the slowest thread): loads landed; row losses formed; output stored.  All are relative to a
 // one-thread stamp kernel launched just before (after the flush).  The stamped build's event time is printed beside
 // the unstamped one (the barriers cost a little), and the spin kernel alone beside both.
-// A second stand-in ends with fast_v3's own end, `infonce_v3::finish_cta` from the solution file (built with
-// -DINFONCE_V3_STAMPS: its stamps 4 / 5 / 6 are ticket taken, row losses formed, output written), so that the two
-// merges can be told apart from the kernel around them (the shipped kernel's stamps put its merge at 2.5-4.5 us).
+// A second stand-in ends with the solution's own end, `wgmma_fused::finish_cta` from wgmma_fused.py (event time only:
+// the solution carries no stamps).
 #include <cuda_runtime.h>
 #include <cmath>
 #include <cstdio>
 #include <vector>
 #include <algorithm>
 #include "common.cuh"
-#include "infonce_v3.cuh"  // fast_v3's device code (build.sh: extracted from the solution file, sm_90a)
+#include "infonce_wgmma_fused.cuh"  // the solution's device code (build.sh: extracted from wgmma_fused.py, sm_90a)
 
 namespace {
 constexpr int B_ROWS = 256, S = 32, GRID = 128, NT = 256, ROWS = 64, SMEM = 200 * 1024, NSTAMP = 5;
@@ -96,9 +95,9 @@ __global__ void __launch_bounds__(NT, 1) ticket_kernel(const Args A) {
     }
 }
 
-// The same stand-in ending with fast_v3's finish_cta: warpgroup 0 holds the CTA's 64 rows in the wgmma layout (thread
+// The same stand-in ending with the solution's finish_cta: warpgroup 0 holds the CTA's 64 rows in the wgmma layout (thread
 // (warp w, lane l) rows row0 + 16 w + l / 4 and + 8), lane l % 4 == 0 of each quad carries the row's sum.
-__global__ void __launch_bounds__(NT, 1) shipped_end_kernel(const Args A, const infonce_v3::WgParams P) {
+__global__ void __launch_bounds__(NT, 1) shipped_end_kernel(const Args A, const wgmma_fused::WgParams P) {
     const int split = blockIdx.x / 4, row0 = (blockIdx.x % 4) * ROWS, tid = threadIdx.x, lane = tid & 31;
     const long long t0 = clock64();
     while (clock64() - t0 < A.spin) {
@@ -112,7 +111,7 @@ __global__ void __launch_bounds__(NT, 1) shipped_end_kernel(const Args A, const 
     if (tid == 0) A.stamps[(size_t)blockIdx.x * NSTAMP] = now();
     __shared__ double s_wsum[NT / 32];
     __shared__ int s_flag;
-    infonce_v3::finish_cta<NT>(P, run_m, run_s, rA, tid < 128 && (lane & 3) == 0 ? 3 : 0, split, s_wsum, &s_flag);
+    wgmma_fused::finish_cta<NT>(P, run_m, run_s, rA, tid < 128 && (lane & 3) == 0 ? 3 : 0, split, s_wsum, &s_flag);
 }
 
 __global__ void __launch_bounds__(NT, 1) spin_kernel(const Args A) {  // the stand-in K loop and its stores alone
@@ -148,7 +147,7 @@ int main(int argc, char** argv) {
     CK(cudaFuncSetAttribute(ticket_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
     CK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
     CK(cudaFuncSetAttribute(shipped_end_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
-    infonce_v3::WgParams P = {};
+    wgmma_fused::WgParams P = {};
     P.B = B_ROWS, P.S = S, P.part = A.part, P.pos = pos, P.counters = A.counter, P.out = A.out;
     P.inv_b = 1.0 / B_ROWS;
 
@@ -187,33 +186,24 @@ int main(int argc, char** argv) {
     timed("spin kernel alone", [&] { spin_kernel<<<GRID, NT, SMEM>>>(A); }, false);
     timed("ticket + merge", [&] { ticket_kernel<false><<<GRID, NT, SMEM>>>(A); }, true);
     timed("ticket + merge, stamped", [&] { ticket_kernel<true><<<GRID, NT, SMEM>>>(A); }, true);
-    timed("fast_v3's finish_cta, stamped", [&] { shipped_end_kernel<<<GRID, NT, SMEM>>>(A, P); }, true, ref_softplus);
+    timed("the solution's finish_cta", [&] { shipped_end_kernel<<<GRID, NT, SMEM>>>(A, P); }, true, ref_softplus);
 
-    // stamped calls: flush, stamp kernel, kernel; then read the stamps.  For the probe's own merge the steps are its
-    // stamps 0-4; for finish_cta, stamp 0 (spin done, before finish_cta's stores) and its own stamps 4, 5, 6.
+    // stamped calls: flush, stamp kernel, kernel; then read the stamps (the probe's own merge: its stamps 0-4).
     const int calls = 100;
-    std::vector<unsigned long long> h((size_t)GRID * NSTAMP), v3((size_t)infonce_v3::kStampCtas * infonce_v3::kStampSlots);
-    auto stamped = [&](const char* title, bool shipped) {
+    std::vector<unsigned long long> h((size_t)GRID * NSTAMP);
+    auto stamped = [&](const char* title) {
         std::vector<double> stored_max, ticket_max, loads, losses, output, tick;
         for (int i = 0; i < calls; ++i) {
             CK(cudaMemset(A.stamps, 0, sizeof(unsigned long long) * h.size()));
-            std::fill(v3.begin(), v3.end(), 0ull);
-            CK(cudaMemcpyToSymbol(infonce_v3::g_v3_stamps, v3.data(), sizeof(unsigned long long) * v3.size()));
             CK(cudaMemsetAsync(g_flush, i & 0xff, kFlushBytes));
             ref_stamp_kernel<<<1, 1>>>();
-            if (shipped) shipped_end_kernel<<<GRID, NT, SMEM>>>(A, P);
-            else ticket_kernel<true><<<GRID, NT, SMEM>>>(A);
+            ticket_kernel<true><<<GRID, NT, SMEM>>>(A);
             CK(cudaDeviceSynchronize());
             unsigned long long r0;
             CK(cudaMemcpyFromSymbol(&r0, g_ref, sizeof r0));
             CK(cudaMemcpy(h.data(), A.stamps, sizeof(unsigned long long) * h.size(), cudaMemcpyDeviceToHost));
-            CK(cudaMemcpyFromSymbol(v3.data(), infonce_v3::g_v3_stamps, sizeof(unsigned long long) * v3.size()));
             // per CTA: t[0] spin done / partials stored, t[1] ticket taken, merger only: t[2..4]
-            auto t = [&](int c, int k) -> unsigned long long {
-                if (!shipped) return h[(size_t)c * NSTAMP + k];
-                if (k == 0) return h[(size_t)c * NSTAMP];
-                return v3[(size_t)c * infonce_v3::kStampSlots + (k == 1 ? 4 : k == 3 ? 5 : 6)];
-            };
+            auto t = [&](int c, int k) -> unsigned long long { return h[(size_t)c * NSTAMP + k]; };
             std::vector<double> st0, st1;
             int merger = -1;
             for (int c = 0; c < GRID; ++c) {
@@ -224,12 +214,8 @@ int main(int argc, char** argv) {
             if (merger < 0) { printf("  call %d: no merger stamp\n", i); ++fails; continue; }
             stored_max.push_back(pct(st0, 1.0));
             ticket_max.push_back(pct(st1, 1.0));
-            if (!shipped) {
-                loads.push_back(1e-3 * (double)(t(merger, 2) - t(merger, 1)));
-                losses.push_back(1e-3 * (double)(t(merger, 3) - t(merger, 2)));
-            } else {
-                losses.push_back(1e-3 * (double)(t(merger, 3) - t(merger, 1)));
-            }
+            loads.push_back(1e-3 * (double)(t(merger, 2) - t(merger, 1)));
+            losses.push_back(1e-3 * (double)(t(merger, 3) - t(merger, 2)));
             output.push_back(1e-3 * (double)(t(merger, 4) - t(merger, 3)));
             std::vector<unsigned long long> raw;
             for (int c = 0; c < GRID; ++c) raw.push_back(t(c, 0));
@@ -245,17 +231,16 @@ int main(int argc, char** argv) {
         };
         printf("%s, stamps over %d calls (us after the stamp kernel, or between steps of the merging CTA):\n", title,
                calls);
-        line(shipped ? "spin done, last CTA" : "partials stored, last CTA", stored_max);
+        line("partials stored, last CTA", stored_max);
         line("ticket taken, last CTA (the merger)", ticket_max);
         line("merger: ticket -> loads landed (pos + 32 partials)", loads);
-        line(shipped ? "merger: ticket -> row losses formed" : "merger: loads -> row losses formed", losses);
+        line("merger: loads -> row losses formed", losses);
         line("merger: losses -> output stored", output);
         if (!tick.empty())
             printf("  smallest nonzero step between CTAs' stamps (globaltimer resolution bound): %.0f ns (p50)\n",
                    pct(tick, 0.5));
     };
-    stamped("probe's own merge", false);
-    stamped("fast_v3's finish_cta", true);
+    stamped("probe's own merge");
     printf("RESULT failures=%d\n", fails);
     return fails ? 1 : 0;
 }

@@ -3,14 +3,14 @@
 // k-tiles through a ring of tensor-copy stages, as a warp-specialised kernel's producer would, and optionally split
 // each landed stage into tf32 hi/lo in shared memory (the producer's work), with no tensor work and no epilogue.
 // Prints the median event time (256 MB memset before each call) of each variant beside an empty kernel of the same
-// grid and shared memory.  Built by build.sh (sm_90a) from fast_v3's own helpers.
+// grid and shared memory.  Built by build.sh (sm_90a) from the InfoNCE solution's (wgmma_fused.py) own helpers.
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <vector>
 #include "common.cuh"
-#include "infonce_v3.cuh"
+#include "infonce_wgmma_fused.cuh"
 
-using namespace infonce_v3;
+using namespace wgmma_fused;
 
 namespace {
 constexpr int BM = 128, BN = 40, KT = 16, D = 512, B_ROWS = 256, N_ROWS = 2560;
@@ -44,11 +44,18 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// SPLIT: 0 none, 1 cvt.rn.tf32 (as fast_v3), 2 integer rounding (fast.py's split_tf32).
+// (helpers the solution no longer needs)
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void st_smem_u32(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+// SPLIT: 0 none, 1 cvt.rn.tf32 (the TMA kernel's split_tf32_rn), 2 integer rounding (the mma.sync kernel's split_tf32).
 template <int SPLIT>
 __device__ __forceinline__ void split_one(float x, uint32_t& hi, uint32_t& lo) {
     if (SPLIT == 1) split_tf32_rn(__float_as_uint(x), hi, lo);
-    else split_tf32(__float_as_uint(x), hi, lo);
+    else mma_sync::split_tf32(__float_as_uint(x), hi, lo);
 }
 
 // The producer's work on one landed stage: thread t splits the A fragments consumer thread t of both warpgroups will
