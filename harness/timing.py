@@ -34,7 +34,7 @@ BATCH_START_WAIT_CYCLES = 200_000
 SLEEP_CYCLES_PER_MS = 2_000_000
 
 # A timed batch holds about this many bytes of fresh inputs: at least 4 sets, at most 32. Short batches
-# leave the host's issue path cold after every synchronise (benchmarks/timing_probe.py).
+# leave the host's issue path cold after every synchronise (docs/perf-notes.md).
 BATCH_INPUT_BYTES = 2**30
 MAX_SETS_PER_BATCH = 32
 

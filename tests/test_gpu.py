@@ -53,7 +53,7 @@ def test_broken_solutions_beside_good_ones_each_get_their_reason(tmp_path):
 
     repo = Path(__file__).resolve().parents[1]
     broken = repo / "tests" / "fixtures" / "broken"
-    files = [repo / "solutions" / "softmax" / "fast.py"] + [broken / f"{n}.py" for n in ("segfault", "hang_kernel", "illegal_access", "compile_error")]
+    files = [repo / "solutions" / "softmax" / "register_rows.py"] + [broken / f"{n}.py" for n in ("segfault", "hang_kernel", "illegal_access", "compile_error")]
     args = [sys.executable, "-m", "harness", "eval", "softmax", "--shape", "one_row", "--shape", "8192x16384_fp32", "--trials", "5",
             "--timeout", "60", "--budget", "0.5", "--no-externals", "--results", str(tmp_path), "--json"]
     for f in files:
@@ -61,13 +61,13 @@ def test_broken_solutions_beside_good_ones_each_get_their_reason(tmp_path):
     out = subprocess.run(args, cwd=repo, capture_output=True, text=True, timeout=1800)
     assert out.returncode == 1, out.stderr[-3000:]
     records = {Path(r["path"]).stem: r for r in json.loads(out.stdout) if r["kind"] == "solution"}
-    assert records["fast"]["status"] == "ok" and records["fast"]["timings"][0]["speedup_eager"] > 0
+    assert records["register_rows"]["status"] == "ok" and records["register_rows"]["timings"][0]["speedup_eager"] > 0
     assert records["segfault"]["rule"] == "crash" and "SIGSEGV" in records["segfault"]["reason"]
     assert records["hang_kernel"]["rule"] == "timeout"
     assert records["illegal_access"]["rule"] == "cuda-error" and "illegal" in records["illegal_access"]["reason"]
     assert records["compile_error"]["rule"] == "compile-error" and "blockIdxx" in records["compile_error"]["reason"]
     board = (tmp_path / "leaderboard.md").read_text()
-    assert "1. fast.py" in board and all(name in board for name in ("segfault.py", "hang_kernel.py", "compile_error.py"))
+    assert "1. register_rows.py" in board and all(name in board for name in ("segfault.py", "hang_kernel.py", "compile_error.py"))
 
 
 def test_device_time_sees_the_queued_work_alone_and_refuses_a_call_that_synchronises():

@@ -294,7 +294,7 @@ def test_load_inline_build_and_run_pass(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("name", ["softmax/simple.py", "softmax/fast.py"])
+@pytest.mark.parametrize("name", ["softmax/simple.py", "softmax/register_rows.py"])
 def test_cuda_solution_build_run_and_profile_pass(tmp_path, name):
     """A shipped CUDA solution: nvcc build at import, forward on the GPU, CUDA events, the profiler."""
     ext = tmp_path / "scratch" / "extensions"

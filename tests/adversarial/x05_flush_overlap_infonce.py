@@ -9,7 +9,7 @@ waits for its event (already done by then) and spins ~4 us, so the begin/end eve
 output copy into the parent's slot is ordered after the real work (correct outputs, every call), and
 the parent's clock sees the flush's time either way. For the escape check (back-to-back calls, no flush)
 forward also busy-waits ~25 us on the host, so the launch time the bound follows covers the real work.
-At the seed shape (256x512, 2560 negatives) the honest kernels take ~15 us (fast_v3) to ~20 us.
+At the seed shape (256x512, 2560 negatives) the honest kernels take ~15 us (wgmma_fused) to ~20 us.
 Expected: escaped-timing or impossible-time if the harness can tell; a candidate for ACCEPTED with a
 median ~3x below the shipped kernel's.
 """
