@@ -1,8 +1,14 @@
 """Problems: a folder with a KernelBench-style reference module and a problem.yaml that describes it.
 
-The harness changes a shape by overriding the reference module's size constants, draws inputs with
-`get_inputs()` on the target device under a seed, casts floating inputs to the shape's dtype, and
-rescales/shifts them per trial so that kernels which assume tame inputs fail.
+The harness changes a shape by overriding the reference module's size constants (module_defaults: every
+upper-case name, and lower-case integers, floats and tuples of integers such as KernelBench's `batch_size`),
+draws inputs with `get_inputs()` on the target device under a seed (tensors it builds elsewhere, such as
+KernelBench's CPU tensors, move to the device; integer inputs keep their dtype), casts floating inputs to the
+shape's dtype, and rescales/shifts them per trial so that kernels which assume tame inputs fail.
+
+A KernelBench file as it is (Model, constants, get_inputs, get_init_inputs, no yaml) is a problem too:
+load_problem(path/to/file.py) describes it in memory (harness/kernelbench.py); its Problem's `directory` is
+then the file itself, which load_problem accepts in the child's process as well.
 
 Input families (problem.yaml `vary_inputs.families`) rotate with the trial seed: trial seed s draws family
 `s % len(families)`, so any len(families) consecutive seeds meet every family. A family is a list of
@@ -29,12 +35,20 @@ PROBLEMS_DIR = REPO_ROOT / "problems"
 SOLUTIONS_DIR = REPO_ROOT / "solutions"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+# Dtypes an output may have (`output_dtype`): DTYPES and the integer ones KernelBench's argmax returns. An output is
+# compared under the tolerance of its shape's dtype (a KernelBench file's generated one is exact for integers).
+OUTPUT_DTYPES = {**DTYPES, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
 DEFAULT_TOLERANCE = {
     "float32": {"atol": 1e-4, "rtol": 1e-4, "rel_l2": 1e-4},
     "float16": {"atol": 1e-2, "rtol": 1e-2, "rel_l2": 1e-2},
     "bfloat16": {"atol": 1e-2, "rtol": 1e-2, "rel_l2": 1e-2},
 }
 USES = {"correctness", "timing"}
+# custom: full (the default): forward may not dispatch the problem's core aten ops. partial (KernelBench's rule): it
+# may call some of them beside kernels of its own; such a record is marked `uses_reference_ops`. Under both, a
+# forward that launches no kernel of its own is rejected.
+CUSTOM_POLICIES = ("full", "partial")
+SHAPE_COST_KEYS = ("bytes", "bytes_written", "flops")
 # Transforms an input family may apply, in this order: "common" and "scale_rows" before the per-trial scale
 # and offset ("scales" replaces vary_inputs.scales for the family), "low_bits" after them (float32 shapes only: a
 # cast to bf16 rounds its pattern away).
@@ -62,6 +76,7 @@ class Shape:
     uses: frozenset
     default: bool = False
     output_dtype: str | None = None  # None: the problem's output_dtype, else the shape's dtype
+    cost: dict | None = None  # measured {bytes, bytes_written, flops} of this shape, over the problem's expressions
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -96,6 +111,8 @@ class Problem:
     cost_bytes_written: str = ""
     families: tuple = ()  # of {"name": str, transform: parameters}; empty: one plain family
     default_output_dtype: str | None = None
+    custom: str = "full"  # CUSTOM_POLICIES
+    init_seed: int | None = None  # seeds torch before Model (parent) and ModelNew (child) are built: same parameters
     _module: object = None
 
     # --- shapes -------------------------------------------------------------------------
@@ -121,7 +138,7 @@ class Problem:
     def output_dtype(self, shape: Shape) -> torch.dtype:
         """The dtype a correct output has: the shape's `output_dtype`, else the problem's, else the shape's
         dtype. (Cross-entropy at bf16 returns its loss in float32: a bf16 scalar keeps 8 bits.)"""
-        return DTYPES[shape.output_dtype or self.default_output_dtype or shape.dtype]
+        return OUTPUT_DTYPES[shape.output_dtype or self.default_output_dtype or shape.dtype]
 
     # --- input families -------------------------------------------------------------------
     @property
@@ -146,27 +163,33 @@ class Problem:
         names = {**self.constants(shape), "elem": torch.empty((), dtype=shape.torch_dtype).element_size(), "math": math}
         return float(eval(expression, {"__builtins__": {}}, names))  # problem files are trusted
 
+    def _cost(self, key: str, expression: str, shape: Shape) -> float:
+        """A shape's own measured figure (its `cost` in problem.yaml) where it has one, else the expression."""
+        if shape.cost and key in shape.cost:
+            return float(shape.cost[key])
+        return self._evaluate(expression, shape) if expression else 0.0
+
     def bytes_moved(self, shape: Shape) -> float:
-        return self._evaluate(self.cost_bytes, shape)
+        return self._cost("bytes", self.cost_bytes, shape)
 
     def flops(self, shape: Shape) -> float:
-        return self._evaluate(self.cost_flops, shape) if self.cost_flops else 0.0
+        return self._cost("flops", self.cost_flops, shape)
 
     def bytes_written(self, shape: Shape) -> float:
         """The written part of bytes_moved (the rest is read): the physics floor bounds reads by the read
         ceiling and writes by what they cost in a copy."""
-        return self._evaluate(self.cost_bytes_written, shape) if self.cost_bytes_written else 0.0
+        return self._cost("bytes_written", self.cost_bytes_written, shape)
 
     # --- the reference module -----------------------------------------------------------
     @property
     def module(self):
         if self._module is None:
             self._module = load_module(self.reference_path, f"harness_problem_{self.name}")
-            self._defaults = {k: v for k, v in vars(self._module).items() if k.isupper()}
+            self._defaults = module_constants(self._module)
         return self._module
 
     def module_defaults(self) -> dict:
-        """The reference module's upper-case constants as imported."""
+        """The reference module's constants as imported (module_constants)."""
         self.module  # noqa: B018 - importing records them
         return self._defaults
 
@@ -178,12 +201,19 @@ class Problem:
         `shared_constants` (what Model's constructor reads, like InfoNCE's TEMPERATURE), never the
         sizes: those it must take from its inputs."""
         values = self.constants(shape)
+        defaults = self.module_defaults()
         for name, value in values.items():
+            if isinstance(defaults.get(name), tuple) and isinstance(value, list):
+                value = tuple(value)  # yaml has lists only: `input_shape: [512]` for KernelBench's (4096,)
             setattr(self.module, name, value)
         for module in modules:
             for name in self.shared_constants:
                 if hasattr(module, name):
                     setattr(module, name, values[name])
+        if self.init_seed is not None:
+            # Model (in the parent) and ModelNew (in the child) are built right after this, each from a generator
+            # seeded alike, so their parameters agree. The seed is public; the inputs' seeds never leave the parent.
+            torch.manual_seed(self.init_seed)
 
     def make_reference(self, shape: Shape, device):
         self.apply_constants(shape)
@@ -291,6 +321,27 @@ def _as_int32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+def module_constants(module) -> dict:
+    """What a shape may override: every upper-case module-level name (this harness's convention), and the
+    lower-case ones holding an integer, a float or a tuple/list of integers (KernelBench's `batch_size`, `dim`,
+    `input_shape`). Private names (_x), classes, functions and modules are not constants."""
+    found = {}
+    for name, value in vars(module).items():
+        if name.startswith("_"):
+            continue
+        if name.isupper() or _is_number(value) or (isinstance(value, (tuple, list)) and value and all(_is_int(v) for v in value)):
+            found[name] = value
+    return found
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return _is_int(value) or isinstance(value, float)
+
+
 def load_module(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -311,7 +362,12 @@ def _require(mapping, key, kind, where):
 
 
 def load_problem(directory) -> Problem:
+    """The problem in a folder holding problem.yaml, or a KernelBench-format .py file described in memory."""
     directory = Path(directory)
+    if directory.suffix == ".py" and directory.is_file():
+        from .kernelbench import problem_from_file
+
+        return problem_from_file(directory)
     where = str(directory / "problem.yaml")
     if not (directory / "problem.yaml").is_file():
         raise ProblemError(f"{where}: not found")
@@ -322,10 +378,16 @@ def load_problem(directory) -> Problem:
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         what = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise ProblemError(f"{where}{at}: not valid YAML: {what}") from None
+    return problem_from_spec(spec, directory, where)
+
+
+def problem_from_spec(spec, directory: Path, where: str, reference: Path | None = None) -> Problem:
+    """The Problem a problem.yaml's mapping describes; `where` names it in errors. `reference`, when given,
+    is the reference module (a KernelBench file described in memory), whatever spec's `reference` says."""
     if not isinstance(spec, dict):
         raise ProblemError(f"{where}: must be a mapping of keys to values")
     name = _require(spec, "name", str, where)
-    reference = directory / _require(spec, "reference", str, where)
+    reference = reference or directory / _require(spec, "reference", str, where)
     if not reference.is_file():
         raise ProblemError(f"{where}: reference module {reference.name} not found")
 
@@ -354,9 +416,16 @@ def load_problem(directory) -> Problem:
         if not isinstance(constants, dict):
             raise ProblemError(f"{at} ({shape_name}): 'set' must map module constants to values")
         output_dtype = entry.get("output_dtype")
-        if output_dtype is not None and output_dtype not in DTYPES:
-            raise ProblemError(f"{at} ({shape_name}): unknown output_dtype {output_dtype!r}; known: {', '.join(DTYPES)}")
-        shapes.append(Shape(shape_name, dict(constants), dtype, frozenset(uses), bool(entry.get("default", False)), output_dtype))
+        if output_dtype is not None and output_dtype not in OUTPUT_DTYPES:
+            raise ProblemError(f"{at} ({shape_name}): unknown output_dtype {output_dtype!r}; known: {', '.join(OUTPUT_DTYPES)}")
+        shape_cost = entry.get("cost")
+        if shape_cost is not None:
+            if not isinstance(shape_cost, dict) or not set(shape_cost) <= set(SHAPE_COST_KEYS) or not all(
+                    _is_number(v) and v >= 0 for v in shape_cost.values()):
+                raise ProblemError(f"{at} ({shape_name}): 'cost' must map some of {', '.join(SHAPE_COST_KEYS)} to numbers >= 0")
+            shape_cost = {k: float(v) for k, v in shape_cost.items()}
+        shapes.append(Shape(shape_name, dict(constants), dtype, frozenset(uses), bool(entry.get("default", False)), output_dtype,
+                            shape_cost))
     if not shapes:
         raise ProblemError(f"{where}: needs at least one shape")
     names = [s.name for s in shapes]
@@ -371,9 +440,17 @@ def load_problem(directory) -> Problem:
         raise ProblemError(f"{where}: vary_inputs.scales must be positive numbers")
     families = _parse_families(vary.get("families") or [], where)
     default_output_dtype = spec.get("output_dtype")
-    if default_output_dtype is not None and default_output_dtype not in DTYPES:
-        raise ProblemError(f"{where}: unknown output_dtype {default_output_dtype!r}; known: {', '.join(DTYPES)}")
-    cost = _require(spec, "cost", dict, where)
+    if default_output_dtype is not None and default_output_dtype not in OUTPUT_DTYPES:
+        raise ProblemError(f"{where}: unknown output_dtype {default_output_dtype!r}; known: {', '.join(OUTPUT_DTYPES)}")
+    custom = spec.get("custom", "full")
+    if custom not in CUSTOM_POLICIES:
+        raise ProblemError(f"{where}: custom must be one of {', '.join(CUSTOM_POLICIES)}, got {custom!r}")
+    init_seed = spec.get("init_seed")
+    if init_seed is not None and not _is_int(init_seed):
+        raise ProblemError(f"{where}: init_seed must be an integer")
+    # Every shape with its own measured bytes needs no expression (a KernelBench file's generated description).
+    measured = all(s.cost and "bytes" in s.cost for s in shapes)
+    cost = _require(spec, "cost", dict, where) if not measured or "cost" in spec else {"bytes": "0"}
     externals = []
     for i, entry in enumerate(spec.get("externals") or []):
         at = f"{where}: externals[{i}]"
@@ -388,7 +465,7 @@ def load_problem(directory) -> Problem:
         cost_flops=str(cost.get("flops", "")), cost_bytes_written=str(cost.get("bytes_written", "")), reference_ops=tuple(spec.get("reference_ops", [])),
         core_aten_ops=tuple(spec.get("core_aten_ops", [])), externals=externals,
         shared_constants=tuple(spec.get("shared_constants", [])), families=families,
-        default_output_dtype=default_output_dtype,
+        default_output_dtype=default_output_dtype, custom=custom, init_seed=init_seed,
     )
     for s in shapes:
         if s.dtype not in problem.tolerance:
