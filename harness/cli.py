@@ -1,4 +1,6 @@
-"""`python -m harness COMMAND`: eval, leaderboard, compare, selfcheck, build, new, list.
+"""`python -m harness COMMAND`: eval, leaderboard, compare, selfcheck, build, new, list, import-suite.
+
+A problem is a name under problems/ or, for eval, a KernelBench-format .py file as it is (described in memory).
 
 Exit status: 0 when everything evaluated was correct (or the command did what it was asked), 1 when a
 solution was rejected or failed (or, for compare, a figure moved beyond the tolerance), 2 for a usage
@@ -15,7 +17,7 @@ from pathlib import Path
 import torch
 
 from . import leaderboard
-from .problem import PROBLEMS_DIR, REPO_ROOT, SOLUTIONS_DIR, ProblemError, available_problems, discover_solutions, find_problem
+from .problem import PROBLEMS_DIR, REPO_ROOT, SOLUTIONS_DIR, ProblemError, available_problems, discover_solutions, find_problem, load_problem
 from .compare import TOLERANCE_PCT, CompareError, compare_runs, describe, outside, render, resolve_runs
 from .records import RESULTS_DIR, SCRATCH_RESULTS_DIR, append_record, read_records
 from .report import Reporter
@@ -41,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser = functools.partial(sub.add_parser, allow_abbrev=False, formatter_class=_ShowDefaults)
 
     ev = sub.add_parser("eval", help="build, check and time solutions of problems, then refresh the leaderboard")
-    ev.add_argument("problems", nargs="*", help="problem names (default: all, or the one holding --solution)")
+    ev.add_argument("problems", nargs="*", help="problem names or KernelBench-format .py files (default: all, or the one holding --solution)")
     ev.add_argument("--solution", action="append", default=[], help="a solution file (repeatable); default: every file in solutions/<problem>/")
     ev.add_argument("--seed", type=int, help="replay a run with this master seed (written to results/seeds.jsonl when the run ends)")
     ev.add_argument("--json", action="store_true", help="print the records as JSON on stdout")
@@ -84,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     nw.add_argument("name", help="the file's name, without .py (solutions/<problem>/<name>.py)")
 
     sub.add_parser("list", help="list problems and their solutions")
+
+    im = sub.add_parser("import-suite", help="make a problem folder (reference.py, generated problem.yaml) of each KernelBench-format "
+                                             ".py file in a folder, leaving the files untouched")
+    im.add_argument("source", type=Path, help="the folder of KernelBench files (e.g. KernelBench/level1)")
+    im.add_argument("--into", type=Path, required=True, help="where the problem folders go, one per file (e.g. problems/kb_level1)")
+    im.add_argument("--force", action="store_true", help="replace problem folders that exist already")
     return parser
 
 
@@ -168,10 +176,19 @@ def _check_shape_names(problems: list, names: list) -> tuple:
     return chosen, [p for p in problems if p not in chosen]
 
 
+def _named_problem(name: str, problems_dir: Path):
+    """A problem by name, or a KernelBench-format file (NAME.py) described in memory."""
+    if name.endswith(".py"):
+        if not Path(name).is_file():
+            raise ProblemError(f"no KernelBench file {name!r} (a problem given as a .py file must exist)")
+        return load_problem(Path(name))
+    return find_problem(name, problems_dir)
+
+
 def cmd_eval(args) -> int:
     named = [_resolve_solution(s) for s in args.solution]
     names = args.problems or sorted({_problem_of(p, args.problems_dir) for p in named}) or available_problems(args.problems_dir)
-    problems, left_out = _check_shape_names([find_problem(n, args.problems_dir) for n in names], args.shape)
+    problems, left_out = _check_shape_names([_named_problem(n, args.problems_dir) for n in names], args.shape)
 
     from .runner import Config, Run
 
@@ -274,6 +291,18 @@ def cmd_list(_args) -> int:
     return 0
 
 
+def cmd_import_suite(args) -> int:
+    """One line per file: what was made of it, or why it was skipped. Exit 1 when any file was skipped."""
+    from .kernelbench import import_suite
+
+    results = import_suite(args.source, args.into, args.force)
+    for name, ok, line in results:
+        print(f"{'imported' if ok else 'skipped'} {name}: {line}")
+    made = sum(ok for _, ok, _ in results)
+    print(f"{made} of {len(results)} files imported into {_relative(args.into)}")
+    return 0 if made == len(results) else 1
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -292,6 +321,8 @@ def main(argv=None) -> int:
             return cmd_build(args)
         if args.command == "new":
             return cmd_new(args)
+        if args.command == "import-suite":
+            return cmd_import_suite(args)
         return cmd_list(args)
     except (ProblemError, CompareError) as error:
         print(f"error: {error}", file=sys.stderr)

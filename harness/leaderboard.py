@@ -9,7 +9,9 @@ whose file changed since its record (sha256) stays, marked: its figures are the 
 
 A partial record (a run of only some shapes, or of fewer correctness trials) never displaces a full one:
 the row shown is the newest full record, and a partial one only where no full record exists, marked
-with the shapes it ran. A record whose process ran without the sandbox is marked "unsandboxed".
+with the shapes it ran. A record whose process ran without the sandbox is marked "unsandboxed", and one whose
+forward called some of the reference's own ops (allowed where the problem says `custom: partial`, as imported
+KernelBench problems do) "with reference ops"; both are ranked like any other.
 Records lacking the fields the board reads (or holding them with the wrong type) are skipped and
 counted as unreadable.
 """
@@ -136,6 +138,7 @@ def build(records: list, keep=lambda path: True, changed=lambda path, sha256, co
             "env": r["env"],
             "partial": is_partial(r), "partial_shapes": _shapes_run(r) if is_partial(r) else [],
             "sandbox": r["sandbox"] if isinstance(r.get("sandbox"), str) else None, "unsandboxed": is_unsandboxed(r),
+            "uses_reference_ops": r.get("uses_reference_ops") is True,
         }
         if r["status"] == "failed":
             cell["failed"].append(summary)
@@ -212,12 +215,14 @@ def _versions(s: dict) -> str:
 
 
 def _marks(s: dict) -> str:
-    """' · partial (shapes: a, b) · unsandboxed' for a row that is either."""
+    """' · partial (shapes: a, b) · unsandboxed · with reference ops' for a row that is any of them."""
     mark = ""
     if s.get("partial"):
         mark += f" · partial (shapes: {', '.join(s['partial_shapes'])})" if s.get("partial_shapes") else " · partial"
     if s.get("unsandboxed"):
         mark += " · unsandboxed"
+    if s.get("uses_reference_ops"):
+        mark += " · with reference ops"
     return mark
 
 
@@ -264,6 +269,10 @@ def _footnotes(cell: dict, newest: dict | None, earlier) -> list:
         out += ["", "Rows marked \"unsandboxed\" ran without the sandbox (the record's `sandbox` field says why): the"
                     " solution's process could write files and read the parent's (the harness's) memory, so its"
                     " verdict and figures are weaker evidence than a sandboxed row's."]
+    if any(s.get("uses_reference_ops") for s in shown):
+        out += ["", "Rows marked \"with reference ops\" call some of the reference's own operators beside kernels of their"
+                    " own, which the problem allows (`custom: partial` in its problem.yaml, as for imported KernelBench"
+                    " problems): their speedups are not those of a fully custom solution."]
     if any(t.get("host_bound") for t in timings):
         out += ["", f"† host-bound: issuing the call (its launches, or a synchronisation inside it) took at least {HOST_BOUND:.0%} of"
                     " its median, so the figure follows the host CPU as much as the GPU, and moves between processes and runs"

@@ -213,7 +213,11 @@ class Problem:
         if self.init_seed is not None:
             # Model (in the parent) and ModelNew (in the child) are built right after this, each from a generator
             # seeded alike, so their parameters agree. The seed is public; the inputs' seeds never leave the parent.
-            torch.manual_seed(self.init_seed)
+            # Not torch.manual_seed: before CUDA is initialised it queues the CUDA seeding with a traceback of the
+            # caller, a frame read that the child's guard rejects while a solution runs.
+            torch.default_generator.manual_seed(self.init_seed)
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.manual_seed_all(self.init_seed)
 
     def make_reference(self, shape: Shape, device):
         self.apply_constants(shape)
