@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser = functools.partial(sub.add_parser, allow_abbrev=False, formatter_class=_ShowDefaults)
 
     ev = sub.add_parser("eval", help="build, check and time solutions of problems, then refresh the leaderboard")
-    ev.add_argument("problems", nargs="*", help="problem names or KernelBench-format .py files (default: all, or the one holding --solution)")
+    ev.add_argument("problems", nargs="*",
+                    help="problem names or KernelBench-format .py files (default: all, or the one holding --solution)")
     ev.add_argument("--solution", action="append", default=[], help="a solution file (repeatable); default: every file in solutions/<problem>/")
     ev.add_argument("--seed", type=int, help="replay a run with this master seed (written to results/seeds.jsonl when the run ends)")
     ev.add_argument("--json", action="store_true", help="print the records as JSON on stdout")
@@ -74,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--results", type=Path, default=RESULTS_DIR, help="the folder holding runs.jsonl")
 
     sc = sub.add_parser("selfcheck", help="show that each problem's tolerances reject zeros, constants and wrong inputs")
-    sc.add_argument("problems", nargs="*", help="problem names (default: all)")
+    sc.add_argument("problems", nargs="*", help="problem names or KernelBench-format .py files (default: all)")
     sc.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
 
     bd = sub.add_parser("build", help="build every solution's extension in parallel (eval then finds them cached)")
@@ -253,7 +254,7 @@ def cmd_selfcheck(args) -> int:
     reporter = Reporter()
     bad = 0
     for name in args.problems or available_problems():
-        lines = self_check(find_problem(name), device)
+        lines = self_check(_named_problem(name, PROBLEMS_DIR), device)
         wrong = [l for l in lines if not l.ok]
         bad += len(wrong)
         reporter.console.print(f"{name}: {len(lines) - len(wrong)}/{len(lines)} self-check cases as expected")

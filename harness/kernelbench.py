@@ -47,7 +47,8 @@ INIT_SEED = 0
 TRIVIAL_OPS = frozenset({
     "copy_", "_to_copy", "to", "clone", "contiguous", "detach", "detach_", "lift", "lift_fresh", "lift_fresh_copy", "alias",
     "_copy_from", "_copy_from_and_resize", "set_", "resize_", "empty", "empty_like", "empty_strided", "new_empty",
-    "new_empty_strided", "empty_permuted", "as_strided_", "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full",
+    "new_empty_strided", "empty_permuted", "as_strided_", "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones",
+    "full", "full_like", "new_full",
     "fill_", "zero_", "scalar_tensor", "arange", "item", "_local_scalar_dense", "resolve_conj", "resolve_neg", "reshape",
     "_reshape_alias", "_unsafe_view", "view_as", "reshape_as", "expand_as", "type_as", "flatten", "unflatten", "split",
     "split_with_sizes", "chunk", "unbind", "tensor_split", "size", "stride", "numel", "dim", "is_contiguous",

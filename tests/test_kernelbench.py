@@ -120,8 +120,9 @@ def test_inputs_move_to_the_device_and_integers_keep_their_dtype(problems, tmp_p
     elementwise = problems[ELEMENTWISE]  # its get_inputs builds on the CPU explicitly
     (x,) = elementwise.make_inputs(elementwise.shape("small"), 3, torch.device("meta"))
     assert x.device.type == "meta"
-    folder = _hand_written(tmp_path / "loss", LOSS, "name: loss\nreference: reference.py\ncost: {bytes: '1'}\n"
-                                           "shapes:\n  - {name: bf16, set: {batch_size: 8, num_classes: 10, input_shape: [10]}, dtype: bfloat16}\n")
+    folder = _hand_written(tmp_path / "loss", LOSS, "name: loss\nreference: reference.py\ncost: {bytes: '1'}\nshapes:\n"
+                                                    "  - {name: bf16, set: {batch_size: 8, num_classes: 10, input_shape: [10]}, "
+                                                    "dtype: bfloat16}\n")
     loss = load_problem(folder)
     logits, labels = loss.make_inputs(loss.shape("bf16"), 3, "cpu")
     assert logits.dtype == torch.bfloat16 and logits.shape == (8, 10)
