@@ -130,9 +130,10 @@ def measure(module, overrides: dict, device: str) -> Measurement:
 
 
 def _run(model, inputs: list, parameters: list, device: str) -> Measurement:
-    """The forward's aten ops: those it dispatches (AtenOpRecorder) and, on a real device, those the profiler sees
-    (the composite ones too: aten::linear as well as aten::addmm). On meta the profiler would see the Python
-    decompositions of its meta kernels (exp, sum, where: no op of the problem's), so it is not used there."""
+    """One forward, measured: bytes, flops, the output's and inputs' dtypes, and the aten ops: those it dispatches
+    (AtenOpRecorder) and, on a real device, those the profiler sees (composite ones too: aten::linear beside
+    aten::addmm). On meta the profiler would see the Python decompositions of the meta kernels (exp, sum, where:
+    no op of the problem's), so it is not used there."""
     import contextlib
 
     from torch.utils.flop_counter import FlopCounterMode
@@ -158,9 +159,10 @@ def _run(model, inputs: list, parameters: list, device: str) -> Measurement:
     if len(floating) > 1:
         raise KernelBenchError(f"get_inputs gives floating tensors of several dtypes ({', '.join(sorted(map(str, floating)))}): "
                                "a shape has one dtype")
-    in_dtype = _dtype_name(floating.pop(), DTYPES) if floating else "float32"
+    dtype = floating.pop() if floating else torch.float32
+    in_dtype = _dtype_name(dtype, DTYPES)
     if in_dtype is None:
-        raise KernelBenchError(f"get_inputs gives {next(iter(floating), '?')} tensors; the harness draws {', '.join(DTYPES)}")
+        raise KernelBenchError(f"get_inputs gives {dtype} tensors; the harness draws {', '.join(DTYPES)}")
     ops = set(recorder.ops)
     if traced is not None:
         ops |= {e.name[len("aten::"):] for e in traced.events() if e.name.startswith("aten::")}
