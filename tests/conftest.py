@@ -27,6 +27,18 @@ def correctness_shapes(problem_name: str, max_bytes: float = 16e6) -> tuple:
     return tuple(s.name for s in problem.shapes_for("correctness") if problem.bytes_moved(s) <= max_bytes)
 
 
+def sweep(entries: list, folder: Path, quick: set) -> list:
+    """Manifest entries as pytest params: those named in `quick`, and those the static scan rejects before any
+    process starts (cheap), run in `make test`; the rest carry the `slow` marker (`make test-all`, CI)."""
+    from harness.scan import scan_violations
+
+    params = []
+    for entry in entries:
+        cheap = entry["file"] in quick or bool(scan_violations(folder / entry["file"]))
+        params.append(pytest.param(entry, id=entry["file"].removesuffix(".py"), marks=() if cheap else pytest.mark.slow))
+    return params
+
+
 def write_solution(tmp_path: Path, source: str, name: str = "candidate.py") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(source))

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -60,6 +62,7 @@ def test_cuda_solutions_are_not_pretended_on_cpu(tmp_path):
     assert "need a GPU" in out.stderr
 
 
+@pytest.mark.slow
 def test_broken_solutions_beside_a_good_one_on_cpu(tmp_path):
     """The CPU twin of the GPU test: one eval, a good solution ranked, each broken one with its reason."""
     broken = REPO / "tests" / "fixtures" / "broken"

@@ -27,13 +27,13 @@ def test_honest_solution_passes_and_is_timed(tmp_path):
 
 
 @pytest.mark.parametrize("source, rule, words", [
-    ("import torch\nclass NotIt(torch.nn.Module):\n    pass\n", "missing-ModelNew", "NotIt"),
-    ("import torch\nraise ImportError('no such kernel library')\n", "import-error", "no such kernel library"),
-    ("def broken(:\n", "import-error", "syntax error"),
+    pytest.param("import torch\nclass NotIt(torch.nn.Module):\n    pass\n", "missing-ModelNew", "NotIt", marks=pytest.mark.slow),
+    pytest.param("import torch\nraise ImportError('no such kernel library')\n", "import-error", "no such kernel library", marks=pytest.mark.slow),
+    pytest.param("def broken(:\n", "import-error", "syntax error", marks=pytest.mark.slow),
     ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        raise ValueError('bad grid')\n", "exception", "ValueError"),
-    ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 0\n", "wrong-output", "outside atol"),
+    pytest.param("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 0\n", "wrong-output", "outside atol", marks=pytest.mark.slow),
     ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        e = (x.float() - x.float().amax(-1, keepdim=True)).exp()\n        y = (e / e.sum(-1, keepdim=True)).to(x.dtype)\n        x.zero_()\n        return y\n", "input-mutated", "input 0"),
-    ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return [x]\n", "bad-output", "list"),
+    pytest.param("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return [x]\n", "bad-output", "list", marks=pytest.mark.slow),
 ])
 def test_failure_kinds_have_their_rule(tmp_path, source, rule, words):
     record = _one_line(evaluate("softmax", write_solution(tmp_path, source), tmp_path))
@@ -57,6 +57,7 @@ def test_hang_is_killed_after_the_timeout(tmp_path):
     assert record["rule"] == "timeout" and "5 s" in record["reason"]
 
 
+@pytest.mark.slow
 def test_out_of_memory_is_named(tmp_path):
     source = ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
               "        raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 900.00 GiB')\n")
@@ -64,6 +65,7 @@ def test_out_of_memory_is_named(tmp_path):
     assert record["rule"] == "out-of-memory"
 
 
+@pytest.mark.slow
 def test_compile_error_gives_the_first_compiler_lines(tmp_path):
     source = """
 import torch

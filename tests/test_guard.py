@@ -227,6 +227,7 @@ def test_honest_pure_torch_solution_passes(tmp_path):
     assert "CHANGES [] []" in output
 
 
+@pytest.mark.slow
 def test_forward_pre_hook_indirection_is_killed(tmp_path):
     """A C callable as a forward pre-hook runs from torch's frame, not the solution's: still caught."""
     expect_kill(tmp_path, """
@@ -240,6 +241,7 @@ def test_forward_pre_hook_indirection_is_killed(tmp_path):
     """, "introspection", "gc.get_referrers", use_torch=True)
 
 
+@pytest.mark.slow
 def test_snapshot_sees_super_shadowing(tmp_path):
     """Writes into a module dict raise no audit event: the snapshot finds them at the checkpoint."""
     code, report, output = run_case(tmp_path, """
@@ -269,6 +271,7 @@ def test_active_modes_sees_a_mode_left_on(tmp_path):
     assert "function mode candidate.Spy" in output or "function mode solution_under_test.Spy" in output
 
 
+@pytest.mark.slow
 def test_load_inline_build_and_run_pass(tmp_path):
     """torch's own build path (cpp_extension, setuptools, ninja and c++ subprocesses, importlib loading
     the built .so, logging, warnings) under the guard: nothing flagged, nothing in the snapshot."""
@@ -404,6 +407,7 @@ def test_lazy_import_of_a_trusted_module_during_a_call_passes(tmp_path):
     """, env={"PYTHONDONTWRITEBYTECODE": ""})  # as the child: bytecode cached under scratch (PYTHONPYCACHEPREFIX)
 
 
+@pytest.mark.slow
 def test_frame_evaluation_hook_is_out_of_reach(tmp_path):
     """torch's PEP 523 hook would hand the solution every frame (the guard's closure cells included) with
     no audit event: sealed before the solution exists, every copy of the setter refuses."""

@@ -129,6 +129,7 @@ def test_a_failed_extra_process_fails_a_solution_but_only_the_shape_of_a_baselin
     assert spec["closed"] == 2
 
 
+@pytest.mark.slow
 def test_real_extra_processes_on_the_cpu(tmp_path, monkeypatch):
     """End to end: real workers; host-bound forced (the CPU worker has no batch check)."""
     monkeypatch.setattr(runner, "is_host_bound", lambda median_ms, batch: True)
@@ -143,6 +144,7 @@ def test_real_extra_processes_on_the_cpu(tmp_path, monkeypatch):
     assert any(line.endswith("honest_softmax_torch.py: timing one_row again in 2 more processes (host-bound)") for line in lines)
 
 
+@pytest.mark.slow
 def test_a_wrong_output_in_a_real_extra_process_is_caught(tmp_path, monkeypatch):
     """The solution computes honestly in the first process only (a marker file tells it it ran before)."""
     monkeypatch.setattr(runner, "is_host_bound", lambda median_ms, batch: True)

@@ -1,5 +1,9 @@
 """The static scan points at suspicious code, not at prose about it; its findings are warnings only."""
-from harness.scan import needs_cuda, scan_source
+from pathlib import Path
+
+import pytest
+
+from harness.scan import needs_cuda, scan_source, scan_violations
 
 
 def test_scan_flags_code_but_not_comments_or_docstrings(tmp_path):
@@ -15,6 +19,7 @@ def test_scan_flags_code_but_not_comments_or_docstrings(tmp_path):
     assert "builds no CUDA extension (no load_inline)" in warnings and not needs_cuda(path)
 
 
+@pytest.mark.slow
 def test_warnings_alone_never_reject(tmp_path):
     from conftest import evaluate, write_solution
 
@@ -27,11 +32,6 @@ def test_warnings_alone_never_reject(tmp_path):
 
 
 # ----- violations: code honest solutions never contain rejects the solution ----------------------------------
-from pathlib import Path
-
-import pytest
-
-from harness.scan import scan_violations
 
 REPO = Path(__file__).resolve().parent.parent
 HONEST = sorted(REPO.glob("solutions/*/*.py")) + sorted(REPO.glob("tests/adversarial/honest_*.py"))

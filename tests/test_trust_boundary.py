@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import HAS_CUDA, SMALL, evaluate
+from conftest import HAS_CUDA, SMALL, evaluate, sweep
 from harness.problem import REPO_ROOT, find_problem
 
 HERE = Path(__file__).resolve().parent / "adversarial"
@@ -125,7 +125,12 @@ def test_manifest_is_complete():
         assert set(entry.get("known_open_on", ())) <= {"cpu", "cuda"} and ("known_open_on" not in entry or "known_open" in entry), entry["file"]
 
 
-@pytest.mark.parametrize("entry", CPU_CASES, ids=_ids(CPU_CASES))
+# One exploit per class that runs on the CPU, in `make test`; `make test-all` runs them all.
+QUICK = {"x01_forge_records_softmax.py", "x02_guess_seed_softmax.py", "x03_finalize_fix_softmax.py", "x06_json_encoder_softmax.py",
+         "x07_bf16_products_infonce.py", "x08_half_rows_softmax.py", "x09_blind_recorder_cross_entropy.py", "x10_detached_sleeper_softmax.py", "x11_reply_pipe_softmax.py"}
+
+
+@pytest.mark.parametrize("entry", sweep(CPU_CASES, HERE, QUICK))
 def test_exploit_is_rejected_on_cpu(tmp_path, entry):
     _run(entry, tmp_path, "cpu", SMALL[entry["problem"]], trials=2, timeout=120)
 
