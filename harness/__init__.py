@@ -17,6 +17,7 @@ Modules, one job each:
   runner       the parent: draws inputs, spawns children, verifies outputs, applies the rules, writes records
   profiling    which kernels a solution launched
   scan         static rejections and warnings about solution source
+  kernelbench  a KernelBench problem file as it is: its problem description, measured; import-suite
   records      results/runs.jsonl (atomic appends) and the environment stamp
   leaderboard  results/leaderboard.md and .json from runs.jsonl
   compare      two runs' medians entry by entry (is a timing repeatable?)

@@ -59,6 +59,7 @@ class Record:
     worker_cpus: str | None = None
     versions: dict | None = None  # another library's release, as installed
     requirement_versions: dict | None = None
+    uses_reference_ops: bool | None = None  # under `custom: partial`: forward called some of the reference's ops
 
     def to_json(self) -> dict:
         """The record as written: optional fields that were never filled are left out."""

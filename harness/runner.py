@@ -334,6 +334,7 @@ class Run:
         self.prebuilt = {}  # path -> (ok, build seconds or reason), filled by prebuild()
         self.sampler = random.Random(os.urandom(16))  # which timed calls are verified: the parent's secret
         self.subreaper = sandbox.become_subreaper()
+        torch.backends.cudnn.allow_tf32 = False  # the self-check's eager at fp32, as the baselines run it
         if device.type == "cuda":
             self.report("measuring the device's copy and read bandwidth and matrix rate")
             self.copy_bw, self.read_bw = copy_bandwidth(device), read_bandwidth(device)
@@ -414,8 +415,7 @@ class Run:
                 worker.close()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-        # uses_reference_ops: set under custom: partial only (records.Record has no field for it yet)
-        return record.to_json() | ({"uses_reference_ops": True} if getattr(record, "uses_reference_ops", False) else {})
+        return record.to_json()
 
     def _load(self, worker: Worker, record: Record, target: Target):
         loaded = worker.request(messages.Load(), self.config.build_timeout_s, "building and loading", messages.LoadReply)
