@@ -303,4 +303,4 @@ def test_the_profile_rule_under_each_policy(tmp_path, monkeypatch, custom, own_k
         assert failure.value.rule == "not-custom-kernel"
     else:
         run._profile(problem, worker, record, problem.default_shape)
-        assert getattr(record, "uses_reference_ops", False) is (verdict == "marked")
+        assert bool(record.uses_reference_ops) is (verdict == "marked")
