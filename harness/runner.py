@@ -108,8 +108,6 @@ class ShapeFailure(Failure):
     """A baseline or another library failed on one shape only (Liger refuses rows over 64K)."""
 
 
-
-
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
