@@ -1,4 +1,4 @@
-"""`python -m harness COMMAND`: eval, leaderboard, compare, selfcheck, build, new, list, import-suite.
+"""`python -m harness COMMAND`: eval, eval-batch, leaderboard, compare, selfcheck, build, new, list, import-suite.
 
 A problem is a name under problems/ or, for eval, a KernelBench-format .py file as it is (described in memory).
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -78,9 +79,33 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("problems", nargs="*", help="problem names or KernelBench-format .py files (default: all)")
     sc.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
 
+    bt = sub.add_parser("eval-batch", help="evaluate every candidate file in a folder (or a suite's samples): one record each, "
+                                          "and a summary (compile and correctness rates, fast_p, failures by rule)")
+    bt.add_argument("problem", nargs="?", help="a problem name or a KernelBench-format .py file (or --suite)")
+    bt.add_argument("--dir", type=Path, required=True, help="the candidates: every *.py in it, or with --suite DIR/<problem>/*.py")
+    bt.add_argument("--suite", type=Path, help="a folder of problem folders (e.g. problems/kb_level1): every problem with samples in --dir")
+    bt.add_argument("--results", type=Path, default=None,
+                    help="where the batch's runs.jsonl and summary go (default: results/batch/<name>/ for GPU runs, "
+                         ".scratch/batch/<name>/ for CPU runs; never the main leaderboard)")
+    bt.add_argument("--resume", action="store_true", help="skip candidates that have a record already (same path and sha256)")
+    bt.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="builds at once")
+    bt.add_argument("--gpus", type=int, default=None,
+                    help="worker processes, one per GPU (default: every visible GPU; on a machine without one, 1 CPU worker)")
+    bt.add_argument("--backend", choices=("local", "ray"), default="local", help="local worker processes, or Ray tasks (pip install '.[ray]')")
+    bt.add_argument("--shape", action="append", default=[], help="only these shape names (repeatable)")
+    bt.add_argument("--trials", type=int, default=5, help="correctness trials per shape")
+    bt.add_argument("--budget", type=float, default=2.0, help="timing budget in seconds per target and shape")
+    bt.add_argument("--timeout", type=float, default=300.0, help="seconds a single call may take before it counts as hung")
+    bt.add_argument("--build-timeout", type=float, default=1800.0, help="seconds a build may take")
+    bt.add_argument("--host-bound-processes", type=int, default=5, metavar="N", help="as for eval")
+    bt.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    bt.add_argument("--problems-dir", type=Path, default=PROBLEMS_DIR, help=argparse.SUPPRESS)
+
     bd = sub.add_parser("build", help="build every solution's extension in parallel (eval then finds them cached)")
-    bd.add_argument("problems", nargs="*", help="problem names (default: all)")
-    bd.add_argument("--jobs", type=int, default=4, help="builds at once")
+    bd.add_argument("problems", nargs="*", help="problem names (default: all); with --dir, the one problem the candidates solve")
+    bd.add_argument("--jobs", type=int, default=None, help="builds at once (default: 4; with --dir, the CPU count)")
+    bd.add_argument("--dir", type=Path, default=None, help="build a batch's candidates ahead of time (as eval-batch would), no GPU needed")
+    bd.add_argument("--suite", type=Path, default=None, help="with --dir: candidates under DIR/<problem>/ for each problem of the suite")
 
     nw = sub.add_parser("new", help="start a solution file from the problem's simple.py (or a template) and say where to begin")
     nw.add_argument("problem", help="the problem it solves")
@@ -263,11 +288,68 @@ def cmd_selfcheck(args) -> int:
     return 1 if bad else 0
 
 
+def _batch_candidates(args) -> tuple:
+    """(problem refs, candidates, the batch's name) for eval-batch and build --dir."""
+    from . import batch
+
+    if args.suite is not None:
+        if getattr(args, "problem", None) or getattr(args, "problems", None):
+            raise ProblemError("name a problem or --suite, not both")
+        refs, candidates = batch.suite_candidates(args.suite, args.dir)
+        return refs, candidates, args.suite.resolve().name
+    names = [args.problem] if getattr(args, "problem", None) else list(getattr(args, "problems", None) or [])
+    if len(names) != 1:
+        raise ProblemError("name one problem (a name or a KernelBench .py file), or --suite FOLDER")
+    ref = batch.problem_ref(names[0], getattr(args, "problems_dir", PROBLEMS_DIR))
+    candidates = batch.candidates_for(ref, args.dir)
+    if not candidates:
+        raise ProblemError(f"--dir {args.dir}: no *.py candidates in it")
+    return [ref], candidates, candidates[0].problem
+
+
+def cmd_eval_batch(args) -> int:
+    """Exit 0 when every candidate has a record (whatever its verdict), 1 when some have none."""
+    from . import batch
+
+    refs, candidates, name = _batch_candidates(args)
+    device = _device(args.device)
+    results = args.results or batch.default_results(name, device.type == "cuda")
+    options = batch.Options(trials=args.trials, budget=args.budget, timeout=args.timeout, build_timeout=args.build_timeout,
+                            shapes=tuple(args.shape), host_bound_processes=args.host_bound_processes, jobs=args.jobs,
+                            gpus=args.gpus, device=device.type, resume=args.resume)
+    reporter = Reporter(quiet=False)
+    if args.backend == "ray":
+        try:
+            from .ray_backend import run_batch_ray
+        except ImportError as error:
+            raise ProblemError(f"--backend ray needs ray ({error}): pip install '.[ray]'") from None
+        summary = run_batch_ray(refs, candidates, results, options, name, console=reporter.console)
+    else:
+        summary = batch.run_batch(refs, candidates, results, options, name, console=reporter.console)
+    print((results / "summary.md").read_text())
+    reporter.console.print(f"summary: {_relative(results / 'summary.md')} and summary.json; records: {_relative(results / 'runs.jsonl')}")
+    return 1 if summary.get("unrecorded") else 0
+
+
 def cmd_build(args) -> int:
     from .runner import prebuild
 
+    if args.dir is not None:
+        from . import batch
+
+        _, candidates, _ = _batch_candidates(args)
+        outcomes = batch.build_candidates(candidates, args.jobs or os.cpu_count() or 1, _device(None),
+                                          report=lambda text: print(text))
+        for c in candidates:
+            if str(c.path) in outcomes:
+                ok, detail = outcomes[str(c.path)]
+                print(f"{c.problem}: {_relative(c.path)}: " + (("cached" if not detail else f"built ({detail:.0f} s)") if ok else f"FAILED: {detail}"))
+        print(f"{sum(ok for ok, _ in outcomes.values())} of {len(outcomes)} candidate(s) that build CUDA code are built")
+        return 0 if all(ok for ok, _ in outcomes.values()) else 1
+    if args.suite is not None:
+        raise ProblemError("--suite goes with --dir")
     items = [(find_problem(name), path) for name in (args.problems or available_problems()) for path in discover_solutions(name)]
-    outcomes = prebuild(items, _device(None), jobs=args.jobs)
+    outcomes = prebuild(items, _device(None), jobs=args.jobs or 4)
     for problem, path in items:
         if str(path) in outcomes:
             ok, detail = outcomes[str(path)]
@@ -309,6 +391,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "eval":
             return cmd_eval(args)
+        if args.command == "eval-batch":
+            return cmd_eval_batch(args)
         if args.command == "leaderboard":
             summary = leaderboard.regenerate(args.results)
             print(f"wrote {args.results / 'leaderboard.md'} and leaderboard.json from {summary['records']} records"
