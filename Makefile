@@ -1,14 +1,17 @@
 # make setup | make test | make test-all | make eval PROBLEM=softmax [SOLUTION=...] | make new PROBLEM=softmax NAME=mine
 # make leaderboard | make compare PROBLEM=softmax | make selfcheck [PROBLEM=...] | make build | make list
+# make eval-batch PROBLEM=softmax DIR=path | make eval-batch SUITE=problems/kb_level1 DIR=samples | make build DIR=path
 # PYTHON=python3 runs everything under a python that already has torch, ninja, pyyaml, rich and pytest.
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 PROBLEM ?=
 SOLUTION ?=
 NAME ?=
+DIR ?=
+SUITE ?=
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup eval new test test-all leaderboard compare selfcheck build list
+.PHONY: setup eval eval-batch new test test-all leaderboard compare selfcheck build list
 
 # The versions CI tests with (constraints.txt).
 setup:
@@ -18,6 +21,11 @@ setup:
 
 eval:
 	$(PYTHON) -m harness eval $(PROBLEM) $(if $(SOLUTION),--solution $(SOLUTION)) $(ARGS)
+
+# Every .py in DIR a candidate of PROBLEM, or DIR/<problem>/*.py for each problem of SUITE: records and summary
+# under results/batch/<name>/ (GPU) or .scratch/batch/<name>/ (CPU).
+eval-batch:
+	$(PYTHON) -m harness eval-batch $(if $(SUITE),--suite $(SUITE),$(PROBLEM)) --dir $(DIR) $(ARGS)
 
 new:
 	$(PYTHON) -m harness new $(PROBLEM) $(NAME)
@@ -39,8 +47,9 @@ compare:
 selfcheck:
 	$(PYTHON) -m harness selfcheck $(PROBLEM)
 
+# With DIR: a batch's candidates (as eval-batch would build them), on any machine with nvcc, no GPU needed.
 build:
-	$(PYTHON) -m harness build $(PROBLEM) $(ARGS)
+	$(PYTHON) -m harness build $(if $(SUITE),--suite $(SUITE),$(PROBLEM)) $(if $(DIR),--dir $(DIR)) $(ARGS)
 
 list:
 	$(PYTHON) -m harness list

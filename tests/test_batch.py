@@ -1,0 +1,359 @@
+"""Batch evaluation (issue 34): candidates in a folder, one record each, resume, workers replaced, the summary.
+
+The quick tests run the summary math on synthetic records, the worker pool with a fake worker (a few lines of
+Python that speak the protocol and die when told), resume against a results file written by hand, and the
+build cache. The end-to-end runs (real workers, real candidates, on the CPU) carry `slow`.
+"""
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness import batch, build, cli
+from harness.records import append_record, read_records
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "batch"
+KERNELBENCH = REPO / "tests" / "fixtures" / "kernelbench"
+FAST = ["--shape", "one_row", "--trials", "2", "--budget", "0.05", "--host-bound-processes", "1", "--timeout", "5"]
+
+
+def record(status="ok", rule="", eager=None, compile=None, path="c.py", sha="0", problem="softmax", **extra):
+    """A synthetic candidate record: `eager`/`compile` are per-shape speedups."""
+    shapes = max(len(eager or []), len(compile or []))
+    timings = []
+    for i in range(shapes):
+        entry = {"shape": f"s{i}", "median_ms": 1.0}
+        if eager:
+            entry["speedup_eager"] = eager[i]
+        if compile:
+            entry["speedup_compile"] = compile[i]
+        timings.append(entry)
+    return {"run_id": "r", "problem": problem, "kind": "solution", "name": Path(path).stem, "path": path, "sha256": sha,
+            "status": status, "rule": rule, "reason": "", "timings": timings, "checks": [], "env": {"date": "d"}, **extra}
+
+
+# ---- the summary ------------------------------------------------------------------------------------------
+def test_fast_p_is_the_share_of_all_candidates_correct_and_faster():
+    records = [record(eager=[2.0, 8.0]),  # geomean 4
+               record(eager=[1.2]), record(eager=[0.9]), record(eager=[0.5]),  # 0.5 is not > 0.5
+               record("failed", "wrong-output"), record("failed", "compile-error"), record("failed", "crash"),
+               record("failed", "timeout"), record("skipped"), record("failed", "compile-error")]
+    s = batch.summarize(records, {"eager": True, "compile": False})
+    assert s["candidates"] == 10 and s["correct"] == 4 and s["correct_rate"] == 0.4
+    assert s["compiled"] == 7 and s["compile_rate"] == 0.7  # two compile errors and the skipped one
+    assert s["fast_p"]["eager"] == {"0": 0.4, "0.5": 0.3, "0.8": 0.3, "1": 0.2, "1.5": 0.1, "2": 0.1}
+    assert s["fast_p"]["compile"] is None and s["geomean_speedup"]["compile"] is None
+    assert s["geomean_speedup"]["eager"] == pytest.approx((4.0 * 1.2 * 0.9 * 0.5) ** 0.25)
+    assert s["failures"] == {"compile-error": 2, "wrong-output": 1, "crash": 1, "timeout": 1}
+    assert list(s["failures"])[0] == "compile-error"  # most frequent first
+    assert s["skipped"] == 1
+
+
+def test_a_candidate_speedup_is_the_geomean_over_its_shapes_and_failed_shapes_are_left_out():
+    r = record(eager=[2.0, 0.5, 3.0])
+    r["timings"][2] = {"shape": "s2", "error": "x", "rule": "exception", "speedup_eager": 100.0}
+    assert batch.speedup(r, "eager") == pytest.approx(1.0)
+    assert batch.speedup(record(), "eager") is None
+
+
+def test_an_untimed_baseline_has_no_fast_p_and_a_timed_one_counts_wrong_candidates_as_slow():
+    wrong = [record("failed", "wrong-output"), record("failed", "exception")]
+    assert batch.summarize(wrong)["fast_p"] == {"eager": None, "compile": None}  # inferred: nothing was timed
+    s = batch.summarize(wrong, {"eager": True, "compile": True})
+    assert s["fast_p"]["eager"]["0"] == 0.0 and s["geomean_speedup"]["eager"] is None
+    assert batch.summarize([], {"eager": True})["fast_p"]["eager"]["1"] == 0.0
+
+
+def test_the_suite_fast_p_pools_every_candidate_of_every_problem():
+    by_problem = {"a": [record(eager=[2.0], problem="a"), record("failed", "wrong-output", problem="a")],
+                  "b": [record(eager=[0.5], problem="b"), record(eager=[3.0], problem="b"), record(eager=[1.1], problem="b"),
+                        record("failed", "crash", problem="b")]}
+    s = batch.suite_summary(by_problem, {"a": {"eager": True}, "b": {"eager": True}})
+    assert s["problems"]["a"]["fast_p"]["eager"]["1"] == 0.5
+    assert s["problems"]["b"]["fast_p"]["eager"]["1"] == 0.5
+    assert s["suite"]["candidates"] == 6 and s["suite"]["fast_p"]["eager"]["1"] == pytest.approx(3 / 6)
+    assert s["suite"]["failures"] == {"wrong-output": 1, "crash": 1}
+    text = batch.render_markdown({**s, "problem_errors": {}}, "suite")
+    assert "| a | 2 |" in text and "| b | 4 |" in text and "`crash`" in text
+
+
+# ---- candidates, keys, resume -------------------------------------------------------------------------------
+def test_candidates_are_keyed_by_path_and_content(tmp_path):
+    for name in ("correct.py", "wrong.py"):
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    (tmp_path / "_helper.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("not a candidate\n")
+    ref = batch.problem_ref("softmax")
+    found = batch.candidates_for(ref, tmp_path)
+    assert [c.path.name for c in found] == ["correct.py", "wrong.py"] and {c.problem for c in found} == {"softmax"}
+    r = record(path=found[0].record_path, sha=found[0].sha256)
+    assert batch.record_key(r) == found[0].key
+    assert batch.record_key({**r, "sha256": "other"}) != found[0].key  # an edited file is a new candidate
+    assert batch.record_key({**r, "kind": "eager"}) is None
+
+
+def test_resume_skips_recorded_candidates_and_reuses_recorded_baselines(tmp_path, monkeypatch):
+    """Everything recorded already: --resume starts no worker and builds nothing, and the summary reads the file."""
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    for name in ("correct.py", "wrong.py"):
+        shutil.copy(FIXTURES / name, folder / name)
+    ref = batch.problem_ref("softmax")
+    found = batch.candidates_for(ref, folder)
+    results = tmp_path / "results"
+    append_record({**record(eager=[2.0], path=found[0].record_path, sha=found[0].sha256)}, results / "runs.jsonl")
+    append_record({**record("failed", "wrong-output", path=found[1].record_path, sha=found[1].sha256)}, results / "runs.jsonl")
+    append_record({**record(eager=[1.0]), "kind": "eager", "name": "eager", "path": None}, results / "runs.jsonl")
+    monkeypatch.setattr(batch, "run_pool", lambda *a, **k: pytest.fail("no worker should start"))
+    monkeypatch.setattr(batch, "build_candidates", lambda *a, **k: pytest.fail("nothing should be built"))
+    summary = batch.run_batch([ref], found, results, batch.Options(device="cpu", resume=True), "softmax")
+    suite = summary["suite"]
+    assert suite["candidates"] == 2 and suite["correct"] == 1 and suite["fast_p"]["eager"]["1.5"] == 0.5
+    assert json.loads((results / "summary.json").read_text())["suite"]["failures"] == {"wrong-output": 1}
+    assert "fast_1.5" in (results / "summary.md").read_text()
+
+
+def test_resume_hands_recorded_baselines_to_the_rest(tmp_path, monkeypatch):
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    for name in ("correct.py", "wrong.py"):
+        shutil.copy(FIXTURES / name, folder / name)
+    ref = batch.problem_ref("softmax")
+    found = batch.candidates_for(ref, folder)
+    results = tmp_path / "results"
+    append_record(record(eager=[2.0], path=found[0].record_path, sha=found[0].sha256), results / "runs.jsonl")
+    eager = {**record(), "kind": "eager", "name": "eager", "path": None,
+             "timings": [{"shape": "one_row", "median_ms": 0.25}]}
+    append_record(eager, results / "runs.jsonl")
+    seen = {}
+
+    def fake_pool(tasks, slots, results_dir, progress, device, built, preset=None, max_restarts=None):
+        seen["tasks"], seen["preset"] = [(t.op, t.candidate and t.candidate.path.name) for t in tasks], preset
+        return preset, {}, 0
+
+    monkeypatch.setattr(batch, "run_pool", fake_pool)
+    batch.run_batch([ref], found, results, batch.Options(device="cpu", resume=True), "softmax")
+    assert seen["tasks"] == [("eval", "wrong.py")]  # no baselines task: they were recorded
+    assert seen["preset"] == {ref: {"one_row": {"eager": 0.25}}}
+    seen.clear()
+    batch.run_batch([ref], found, results, batch.Options(device="cpu"), "softmax")  # without --resume: everything again
+    assert seen["tasks"][0] == ("baselines", None) and len(seen["tasks"]) == 3
+
+
+# ---- builds ---------------------------------------------------------------------------------------------
+def test_content_keys_follow_the_bytes_not_the_path(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.KEY_VARIABLE, "content")
+    a, b = tmp_path / "a.py", tmp_path / "moved" / "b.py"
+    b.parent.mkdir()
+    a.write_text("x = 1\n")
+    b.write_text("x = 1\n")
+    assert build.extension_dir(a, "softmax") == build.extension_dir(b, "cross_entropy")
+    b.write_text("x = 2\n")
+    assert build.extension_dir(a, "softmax") != build.extension_dir(b, "softmax")
+    monkeypatch.delenv(build.KEY_VARIABLE)
+    a.write_text("x = 1\n")
+    assert build.extension_dir(a, "softmax") != build.extension_dir(b, "softmax")  # eval's own key: the path
+
+
+def test_a_built_candidate_is_never_built_again_and_twins_build_once(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.KEY_VARIABLE, "content")
+    monkeypatch.setattr(build, "BUILD_ROOT", tmp_path / "build")
+    source = "from torch.utils.cpp_extension import load_inline\n# cuda_sources=...\nclass ModelNew: pass\n"
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "a.py").write_text(source)
+    (folder / "twin.py").write_text(source)
+    (folder / "other.py").write_text(source + "# other\n")
+    (folder / "plain.py").write_text("class ModelNew: pass\n")
+    ref = batch.problem_ref("softmax")
+    found = batch.candidates_for(ref, folder)
+    cached = build.extension_dir(folder / "other.py", "softmax") / "ext"
+    cached.mkdir(parents=True)
+    (cached / "ext.so").write_bytes(b"")
+    calls = []
+
+    def fake_prebuild(items, device, jobs=4, timeout=0):
+        calls.append(sorted(p.name for _, p in items))
+        return {str(p): (True, 12.0) for _, p in items}
+
+    monkeypatch.setattr("harness.runner.prebuild", fake_prebuild)
+    outcomes = batch.build_candidates(found, 3, "cpu")
+    assert calls == [["a.py"]]  # the twin shares a.py's build; other.py is cached; plain.py builds no CUDA
+    assert outcomes[str(folder / "other.py")] == (True, 0.0)
+    assert outcomes[str(folder / "twin.py")] == outcomes[str(folder / "a.py")] == (True, 12.0)
+    assert str(folder / "plain.py") not in outcomes
+
+
+# ---- the worker pool: replacement and re-queueing (a fake worker) ------------------------------------------
+FAKE_WORKER = textwrap.dedent('''
+    import json, os, sys
+    fd = int(sys.argv[sys.argv.index("--reply-fd") + 1])
+    out = os.fdopen(fd, "w", buffering=1)
+    for line in sys.stdin:
+        task = json.loads(line)
+        if task["op"] == "baselines":
+            out.write(json.dumps({"task": task["task"], "event": "done", "baselines": {"s": {"eager": 1.0}}}) + "\\n")
+            continue
+        path = task["path"]
+        if "dies_always" in path:
+            os._exit(3)
+        if "dies_once" in path:
+            marker = path + ".died"
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os.kill(os.getpid(), 9)
+        assert task["baselines"] == {"s": {"eager": 1.0}}, task
+        out.write(json.dumps({"task": task["task"], "event": "phase", "phase": "checking"}) + "\\n")
+        out.write(json.dumps({"task": task["task"], "event": "done", "status": "ok", "checked": True}) + "\\n")
+''')
+
+
+def test_a_dead_worker_is_replaced_and_its_candidate_queued_again(tmp_path):
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    names = ["a.py", "dies_once.py", "b.py", "dies_always.py", "c.py", "d.py"]
+    for name in names:
+        (tmp_path / name).write_text(f"# {name}\n")
+    ref = batch.problem_ref("softmax")
+    candidates = batch.candidates_for(ref, tmp_path, "softmax")
+    candidates = [c for c in candidates if c.path.name in names]
+    tasks = [batch.Task(0, "baselines", ref)] + [batch.Task(i + 1, "eval", ref, c) for i, c in enumerate(candidates)]
+    results = tmp_path / "results"
+    slots = [batch.Slot(i, [sys.executable, str(script)], None, results / f"worker-{i}.log") for i in range(2)]
+    progress = batch.Progress(len(candidates), len(candidates), None, 2)
+    baselines, errors, deaths = batch.run_pool(tasks, slots, results, progress, "cpu", {})
+    assert baselines == {ref: {"s": {"eager": 1.0}}} and errors == {}
+    assert deaths == 3  # dies_once once, dies_always twice
+    assert progress.done == len(names) and progress.timed == len(names) - 1 and progress.checked == len(names) - 1
+    records, _ = read_records(results / "runs.jsonl")
+    assert [(Path(r["path"]).name, r["rule"]) for r in records] == [("dies_always.py", "crash")]
+    assert "died 2 times" in records[0]["reason"]
+    events, _ = read_records(results / "workers.jsonl")
+    assert len(events) == 3 and sorted(Path(e["task"]).name for e in events) == ["dies_always.py", "dies_always.py", "dies_once.py"]
+    assert all(s.process.poll() is not None for s in slots)  # every worker ended with the batch
+
+
+# ---- the command line -----------------------------------------------------------------------------------
+def test_usage_errors(tmp_path, capsys):
+    assert cli.main(["eval-batch", "--dir", str(tmp_path)]) == 2
+    assert cli.main(["eval-batch", "softmax", "--dir", str(tmp_path / "missing")]) == 2
+    assert cli.main(["eval-batch", "softmax", "--dir", str(tmp_path)]) == 2  # no candidates
+    assert cli.main(["eval-batch", "softmax", "--suite", str(tmp_path), "--dir", str(tmp_path)]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_the_ray_backend_without_ray_is_a_one_line_usage_error(tmp_path, capsys):
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("ray is installed")
+    shutil.copy(FIXTURES / "correct.py", tmp_path / "correct.py")
+    assert cli.main(["eval-batch", "softmax", "--dir", str(tmp_path), "--backend", "ray", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install '.[ray]'" in err[0]
+
+
+def _harness(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+# ---- end to end, on the CPU --------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_mixed_batch_on_two_workers(tmp_path):
+    """Every fixture (correct, wrong, crashing, non-compiling, hanging, slow) through two CPU workers: one record
+    each, the baselines timed once, then --resume finds nothing left to do."""
+    folder = tmp_path / "cands"
+    shutil.copytree(FIXTURES, folder)
+    results = tmp_path / "results"
+    out = _harness("eval-batch", "softmax", "--dir", str(folder), "--results", str(results), "--gpus", "2", "--device", "cpu", *FAST)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records, _ = read_records(results / "runs.jsonl")
+    verdicts = {Path(r["path"]).stem: (r["status"], r["rule"]) for r in records if r["kind"] == "solution"}
+    assert verdicts == {"correct": ("ok", ""), "slow": ("ok", ""), "wrong": ("failed", "wrong-output"),
+                        "crashing": ("failed", "crash"), "non_compiling": ("failed", "compile-error"),
+                        "hanging": ("failed", "timeout")}
+    assert [r["kind"] for r in records if r["kind"] != "solution"] == ["eager", "compile"]  # once, before the candidates
+    assert all("speedup_eager" in t for r in records if r["status"] == "ok" and r["kind"] == "solution" for t in r["timings"])
+    summary = json.loads((results / "summary.json").read_text())["suite"]
+    assert summary["candidates"] == 6 and summary["correct"] == 2 and summary["compiled"] == 5
+    assert summary["failures"] == {"wrong-output": 1, "crash": 1, "compile-error": 1, "timeout": 1}
+    assert summary["fast_p"]["compile"] is None and summary["fast_p"]["eager"]["0"] == pytest.approx(2 / 6)
+    assert "fast_p" in out.stdout and "built" in out.stderr and "ETA" in out.stderr
+    seeds, _ = read_records(results / "seeds.jsonl")
+    assert len(seeds) == 2  # one Run per worker
+    again = _harness("eval-batch", "softmax", "--dir", str(folder), "--results", str(results), "--resume", "--device", "cpu", *FAST)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(read_records(results / "runs.jsonl")[0]) == len(records)
+    assert "6 already recorded" in again.stderr
+
+
+@pytest.mark.slow
+def test_suite_mode_on_two_kernelbench_problems(tmp_path):
+    suite, samples = tmp_path / "kb", tmp_path / "samples"
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("1_Sum_over_dim.py", "4_LeakyReLU.py"):
+        shutil.copy(KERNELBENCH / name, source / name)
+    assert cli.main(["import-suite", str(source), "--into", str(suite)]) == 0
+    (samples / "1_Sum_over_dim").mkdir(parents=True)
+    (samples / "4_LeakyReLU").mkdir(parents=True)
+    (samples / "1_Sum_over_dim" / "0.py").write_text(textwrap.dedent("""
+        import torch
+        class ModelNew(torch.nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.dim = dim
+            def forward(self, x):
+                return x.double().sum(dim=self.dim, keepdim=True).to(x.dtype)
+    """))
+    (samples / "4_LeakyReLU" / "0.py").write_text(textwrap.dedent("""
+        import torch
+        class ModelNew(torch.nn.Module):
+            def __init__(self, negative_slope=0.01):
+                super().__init__()
+                self.negative_slope = negative_slope
+            def forward(self, x):
+                return torch.where(x > 0, x, x * self.negative_slope)
+    """))
+    (samples / "4_LeakyReLU" / "1.py").write_text(textwrap.dedent("""
+        import torch
+        class ModelNew(torch.nn.Module):
+            def __init__(self, negative_slope=0.01):
+                super().__init__()
+            def forward(self, x):
+                return x.clone()
+    """))
+    results = tmp_path / "results"
+    out = _harness("eval-batch", "--suite", str(suite), "--dir", str(samples), "--results", str(results), "--device", "cpu",
+                   "--trials", "2", "--budget", "0.05", "--host-bound-processes", "1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((results / "summary.json").read_text())
+    assert set(summary["problems"]) == {"1_Sum_over_dim", "4_LeakyReLU"}
+    assert summary["problems"]["1_Sum_over_dim"]["correct"] == 1
+    assert summary["problems"]["4_LeakyReLU"]["candidates"] == 2 and summary["problems"]["4_LeakyReLU"]["correct"] == 1
+    assert summary["suite"]["candidates"] == 3 and summary["suite"]["correct"] == 2
+    assert summary["suite"]["failures"] == {"wrong-output": 1}
+    assert "## Per problem" in (results / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_ray_backend_on_a_local_cpu_instance(tmp_path):
+    """The same work as Ray tasks (only where ray is installed; it is not a core dependency)."""
+    pytest.importorskip("ray")
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    for name in ("correct.py", "wrong.py"):
+        shutil.copy(FIXTURES / name, folder / name)
+    results = tmp_path / "results"
+    out = _harness("eval-batch", "softmax", "--dir", str(folder), "--results", str(results), "--backend", "ray", "--device", "cpu", *FAST)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records, _ = read_records(results / "runs.jsonl")
+    verdicts = {Path(r["path"]).name: r["status"] for r in records if r["kind"] == "solution"}
+    assert verdicts == {"correct.py": "ok", "wrong.py": "failed"}
+    assert all(Path(r["path"]).parent == folder for r in records if r["kind"] == "solution")  # the driver's paths
+    summary = json.loads((results / "summary.json").read_text())["suite"]
+    assert summary["correct"] == 1 and summary["fast_p"]["eager"]["0"] == 0.5
