@@ -117,8 +117,9 @@ def _task(problem: Problem, init_args: list, forward_args: list) -> str:
     ]
     if problem.init_seed is not None:
         lines.append(f"- Parameters (where `Model` has any): torch's generator is seeded with {problem.init_seed} right "
-                     "before `Model` and right before `ModelNew` are built, so parameters `ModelNew` creates the way `Model` does (the same layers, "
-                     "in the same order, e.g. the same `nn.Linear`) hold the same values. Use them; do not load weights.")
+                     "before `Model` and right before `ModelNew` are built, so parameters `ModelNew` creates the way "
+                     "`Model` does (the same layers, in the same order, e.g. the same `nn.Linear`) hold the same values. "
+                     "Use them; do not load weights.")
     return "\n".join(lines)
 
 
@@ -365,7 +366,8 @@ def _scan_bans() -> str:
              "The file is scanned before it is imported. Each of these rejects it as `introspection` (unless another rule "
              "is named), wherever it appears outside comments and docstrings:",
              "- importing any of these modules: " + code(scan.BANNED_MODULES) + "; relative imports",
-             "- these builtins: " + "; ".join(f"`{n}` ({reason.removesuffix(f' ({n})')})" for n, reason in scan.BANNED_BUILTINS.items())]
+             "- these builtins: " + "; ".join(f"`{n}` ({reason.removesuffix(f' ({n})')})"
+                                              for n, reason in scan.BANNED_BUILTINS.items())]
     for reason, names in _grouped(scan.BANNED_NAMES).items():
         lines.append(f"- any name, attribute or string that {reason}: {code(names)}")
     lines += [
