@@ -225,7 +225,13 @@ def render_markdown(summary: dict, title: str) -> str:
     if summary.get("meta"):
         meta = summary["meta"]
         lines += [f"{meta.get('date', '')} on {meta.get('device', '?')}; {meta.get('workers', '?')} worker(s); "
-                  f"records in `{meta.get('results', '')}`", ""]
+                  f"records in `{meta.get('results', '')}`"]
+        if meta.get("build_s") is not None:
+            lines.append(f"builds {meta['build_s']} s ({meta.get('builds', 0)} built, {meta.get('failed_builds', 0)} failed), "
+                         f"evaluation {meta.get('evaluate_s')} s for {meta.get('evaluated')} candidate(s)")
+        for phase, figures in (meta.get("phase_s") or {}).items():
+            lines.append(f"- {phase}: {figures['mean_s']} s mean, {figures['median_s']} s median per candidate ({figures['candidates']})")
+        lines.append("")
     suite = summary["suite"]
     lines += ["fast_p: the share of all candidates that are correct and more than p times faster than the baseline "
               "(a candidate's speedup is the geometric mean over the problem's timing shapes).", "",
@@ -344,6 +350,17 @@ class Task:
     ref: str
     candidate: Candidate | None = None
     attempts: int = 0
+    marks: dict = dataclasses.field(default_factory=dict)  # when it was sent, and when each phase began (monotonic)
+
+    def phases(self, end: float) -> dict:
+        """Seconds spent loading (building, importing), checking and timing, as the worker's phase events say."""
+        sent, check, timing = self.marks.get("sent", end), self.marks.get("checking"), self.marks.get("timing")
+        out = {"load": (check or timing or end) - sent}
+        if check is not None:
+            out["check"] = (timing or end) - check
+        if timing is not None:
+            out["time"] = end - timing
+        return out
 
 
 class Slot:
@@ -436,6 +453,14 @@ class Progress:
         self.total, self.built, self.console, self.workers = total, built, console, workers
         self.checked = self.timed = self.done = 0
         self.start = time.monotonic()
+        self.phase_s = {"load": [], "check": [], "time": []}  # per candidate evaluated
+
+    def phase_summary(self) -> dict:
+        """Mean and median seconds per candidate in each phase (of those that reached it)."""
+        import statistics
+
+        return {phase: {"candidates": len(v), "mean_s": round(statistics.fmean(v), 2), "median_s": round(statistics.median(v), 2)}
+                for phase, v in self.phase_s.items() if v}
 
     def line(self) -> str:
         elapsed = time.monotonic() - self.start
@@ -488,6 +513,28 @@ def run_pool(tasks: list, slots: list, results: Path, progress: Progress, device
     def ready(task: Task) -> bool:
         return task.op == "baselines" or task.ref not in waiting
 
+    def handle(slot: Slot, message: dict):
+        task = slot.task
+        if task is None or message.get("task") != task.id:
+            return
+        if message.get("event") == "phase" and message.get("phase") in ("checking", "timing"):
+            task.marks.setdefault(message["phase"], time.monotonic())
+        if message.get("event") != "done":
+            return
+        slot.task = None
+        if task.op == "baselines":
+            waiting.discard(task.ref)
+            if message.get("error"):
+                errors[task.ref] = str(message["error"])
+                if progress.console is not None:
+                    progress.console.print(f"[red]{task.ref}: not evaluated: {message['error']}[/red]")
+            else:
+                baselines[task.ref] = message.get("baselines") or {}
+        else:
+            for phase, seconds in task.phases(time.monotonic()).items():
+                progress.phase_s[phase].append(seconds)
+            progress.finished(task.candidate.record_path, message)
+
     try:
         while queue or any(s.task for s in slots):
             for slot in slots:
@@ -504,32 +551,24 @@ def run_pool(tasks: list, slots: list, results: Path, progress: Progress, device
                                        built=built.get(str(task.candidate.path)))
                     slot.task = task
                     task.attempts += 1
+                    task.marks = {"sent": time.monotonic()}
                     slot.send(message)  # a dead worker is found below
             fds = {s.fd: s for s in slots if s.fd is not None}
             readable = select.select(list(fds), [], [], 0.5)[0] if fds else []
             if not fds:
                 time.sleep(0.2)
             for fd in readable:
-                slot = fds[fd]
-                for message in slot.messages():
-                    task = slot.task
-                    if task is None or message.get("task") != task.id:
-                        continue
-                    if message.get("event") != "done":
-                        continue
-                    slot.task = None
-                    if task.op == "baselines":
-                        waiting.discard(task.ref)
-                        if message.get("error"):
-                            errors[task.ref] = str(message["error"])
-                            progress.console and progress.console.print(f"[red]{task.ref}: not evaluated: {message['error']}[/red]")
-                        else:
-                            baselines[task.ref] = message.get("baselines") or {}
-                    else:
-                        progress.finished(task.candidate.record_path, message)
+                for message in fds[fd].messages():
+                    handle(fds[fd], message)
             for slot in slots:
                 if slot.process is None or not slot.dead():
                     continue
+                while slot.fd is not None and select.select([slot.fd], [], [], 0)[0]:  # what it said before it died
+                    said = slot.messages()
+                    if not said:
+                        break
+                    for message in said:
+                        handle(slot, message)
                 task, code = slot.task, slot.process.returncode
                 slot._close_fd()
                 deaths += 1
@@ -657,7 +696,8 @@ def run_batch(refs: list, candidates: list, results: Path, options: Options, tit
             "workers": workers, "results": str(results), "build_s": round(build_s, 1), "evaluate_s": round(eval_s, 1),
             "evaluated": progress.done, "builds": len(built), "failed_builds": failed_builds,
             "s_per_candidate": {"build": round(build_s / max(1, len(built)), 2) if built else 0.0,
-                                "evaluate": round(eval_s * workers / max(1, progress.done), 2) if progress.done else 0.0}}
+                                "evaluate": round(eval_s * workers / max(1, progress.done), 2) if progress.done else 0.0},
+            "phase_s": progress.phase_summary()}
     names = {c.ref: c.problem for c in candidates}
     return write_summary(results, candidates, refs, title, meta, {names.get(r, r): e for r, e in errors.items()}, deaths)
 

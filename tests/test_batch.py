@@ -23,6 +23,13 @@ KERNELBENCH = REPO / "tests" / "fixtures" / "kernelbench"
 FAST = ["--shape", "one_row", "--trials", "2", "--budget", "0.05", "--host-bound-processes", "1", "--timeout", "5"]
 
 
+@pytest.fixture(autouse=True)
+def _build_key_restored(monkeypatch):
+    """The batch sets HARNESS_BUILD_KEY in os.environ (for its workers); no other test may see it afterwards."""
+    monkeypatch.setenv(build.KEY_VARIABLE, "")
+    monkeypatch.delenv(build.KEY_VARIABLE)
+
+
 def record(status="ok", rule="", eager=None, compile=None, path="c.py", sha="0", problem="softmax", **extra):
     """A synthetic candidate record: `eager`/`compile` are per-shape speedups."""
     shapes = max(len(eager or []), len(compile or []))
@@ -237,6 +244,7 @@ def test_a_dead_worker_is_replaced_and_its_candidate_queued_again(tmp_path):
     events, _ = read_records(results / "workers.jsonl")
     assert len(events) == 3 and sorted(Path(e["task"]).name for e in events) == ["dies_always.py", "dies_always.py", "dies_once.py"]
     assert all(s.process.poll() is not None for s in slots)  # every worker ended with the batch
+    assert progress.phase_summary()["check"]["candidates"] == len(names) - 1
 
 
 # ---- the command line -----------------------------------------------------------------------------------
@@ -283,6 +291,8 @@ def test_a_mixed_batch_on_two_workers(tmp_path):
     assert summary["failures"] == {"wrong-output": 1, "crash": 1, "compile-error": 1, "timeout": 1}
     assert summary["fast_p"]["compile"] is None and summary["fast_p"]["eager"]["0"] == pytest.approx(2 / 6)
     assert "fast_p" in out.stdout and "built" in out.stderr and "ETA" in out.stderr
+    phases = json.loads((results / "summary.json").read_text())["meta"]["phase_s"]
+    assert phases["load"]["candidates"] == 6 and phases["time"]["candidates"] == 2
     seeds, _ = read_records(results / "seeds.jsonl")
     assert len(seeds) == 2  # one Run per worker
     again = _harness("eval-batch", "softmax", "--dir", str(folder), "--results", str(results), "--resume", "--device", "cpu", *FAST)
@@ -357,3 +367,18 @@ def test_the_ray_backend_on_a_local_cpu_instance(tmp_path):
     assert all(Path(r["path"]).parent == folder for r in records if r["kind"] == "solution")  # the driver's paths
     summary = json.loads((results / "summary.json").read_text())["suite"]
     assert summary["correct"] == 1 and summary["fast_p"]["eager"]["0"] == 0.5
+
+
+def test_build_dir_builds_the_candidates_ahead_of_time(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(build, "BUILD_ROOT", tmp_path / "build")
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "cuda.py").write_text("# cuda_sources=...\nclass ModelNew: pass\n")
+    (folder / "plain.py").write_text("class ModelNew: pass\n")
+    built = []
+    monkeypatch.setattr("harness.runner.prebuild", lambda items, device, jobs=4, timeout=0: built.append(jobs) or
+                        {str(p): (False, "error: x") for _, p in items})
+    assert cli.main(["build", "softmax", "--dir", str(folder), "--jobs", "3"]) == 1
+    out = capsys.readouterr().out
+    assert built == [3] and "cuda.py: FAILED: error: x" in out and "plain.py" not in out
+    assert cli.main(["build", "--dir", str(folder)]) == 2  # which problem?
