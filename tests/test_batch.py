@@ -382,3 +382,47 @@ def test_build_dir_builds_the_candidates_ahead_of_time(tmp_path, monkeypatch, ca
     out = capsys.readouterr().out
     assert built == [3] and "cuda.py: FAILED: error: x" in out and "plain.py" not in out
     assert cli.main(["build", "--dir", str(folder)]) == 2  # which problem?
+
+
+@pytest.mark.slow
+def test_a_real_worker_killed_mid_candidate_is_replaced_and_the_batch_goes_on(tmp_path):
+    """Two CPU workers; the test SIGKILLs one while it runs a child (as the OOM killer would): its task is queued
+    again, a fresh worker takes over, and every candidate still gets exactly one record."""
+    import os
+    import signal
+    import time
+
+    from harness import sandbox
+
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    for name in ("correct.py", "wrong.py", "hanging.py"):
+        shutil.copy(FIXTURES / name, folder / name)
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "eval-batch", "softmax", "--dir", str(folder), "--results", str(results),
+                             "--gpus", "2", "--device", "cpu", *FAST], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed, deadline = None, time.monotonic() + 300
+    while killed is None and proc.poll() is None and time.monotonic() < deadline:
+        table = sandbox._process_table()
+        for pid, parent in table.items():
+            busy = any(p == pid for p in table.values())
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if parent == proc.pid and busy and b"harness.batch" in cmdline:
+                os.kill(pid, signal.SIGKILL)
+                killed = pid
+                break
+        time.sleep(0.3)
+    out, err = proc.communicate(timeout=600)
+    assert killed is not None, err[-3000:]
+    assert proc.returncode == 0, err[-3000:]
+    assert "died" in err and "replacing it" in err
+    events, _ = read_records(results / "workers.jsonl")
+    assert len(events) == 1 and events[0]["exit"] == -signal.SIGKILL
+    records, _ = read_records(results / "runs.jsonl")
+    stems = sorted(Path(r["path"]).stem for r in records if r["kind"] == "solution")
+    assert stems == ["correct", "hanging", "wrong"]
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["worker_deaths"] == 1 and summary["unrecorded"] == 0 and summary["suite"]["correct"] == 1
