@@ -253,6 +253,9 @@ def render_markdown(summary: dict, title: str) -> str:
                          f"{_x(s['geomean_speedup']['compile'])} |")
         for name, error in (summary.get("problem_errors") or {}).items():
             lines.append(f"| {name} | not evaluated: {error[:120]} | | | | | | |")
+    if suite.get("partial"):
+        lines += ["", f"{suite['partial']} of the correct candidates call some of the reference's ops (`custom: partial`); "
+                      "they count in fast_p."]
     lines += ["", "## Failures by rule", ""]
     if suite["failures"] or suite["skipped"]:
         lines += ["| rule | candidates |", "|---|---:|"]

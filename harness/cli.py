@@ -88,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="where the batch's runs.jsonl and summary go (default: results/batch/<name>/ for GPU runs, "
                          ".scratch/batch/<name>/ for CPU runs; never the main leaderboard)")
     bt.add_argument("--resume", action="store_true", help="skip candidates that have a record already (same path and sha256)")
-    bt.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="builds at once")
+    bt.add_argument("--jobs", type=int, default=None, help="builds at once (default: the CPU count)")
     bt.add_argument("--gpus", type=int, default=None,
                     help="worker processes, one per GPU (default: every visible GPU; on a machine without one, 1 CPU worker)")
     bt.add_argument("--backend", choices=("local", "ray"), default="local", help="local worker processes, or Ray tasks (pip install '.[ray]')")
@@ -315,7 +315,7 @@ def cmd_eval_batch(args) -> int:
     device = _device(args.device)
     results = args.results or batch.default_results(name, device.type == "cuda")
     options = batch.Options(trials=args.trials, budget=args.budget, timeout=args.timeout, build_timeout=args.build_timeout,
-                            shapes=tuple(args.shape), host_bound_processes=args.host_bound_processes, jobs=args.jobs,
+                            shapes=tuple(args.shape), host_bound_processes=args.host_bound_processes, jobs=args.jobs or 0,
                             gpus=args.gpus, device=device.type, resume=args.resume)
     reporter = Reporter(quiet=False)
     if args.backend == "ray":

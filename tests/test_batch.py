@@ -426,3 +426,8 @@ def test_a_real_worker_killed_mid_candidate_is_replaced_and_the_batch_goes_on(tm
     assert stems == ["correct", "hanging", "wrong"]
     summary = json.loads((results / "summary.json").read_text())
     assert summary["worker_deaths"] == 1 and summary["unrecorded"] == 0 and summary["suite"]["correct"] == 1
+
+
+def test_a_batch_never_writes_to_the_main_results():
+    assert batch.default_results("softmax", cuda=False) == REPO / ".scratch" / "batch" / "softmax"
+    assert batch.default_results("softmax", cuda=True) == REPO / "results" / "batch" / "softmax"
