@@ -1,5 +1,6 @@
 # make setup | make test | make test-all | make eval PROBLEM=softmax [SOLUTION=...] | make new PROBLEM=softmax NAME=mine
 # make leaderboard | make compare PROBLEM=softmax | make selfcheck [PROBLEM=...] | make build | make list
+# make prompt PROBLEM=softmax (a prompt asking a language model for a solution; PROBLEM may be a KernelBench .py)
 # make eval-batch PROBLEM=softmax DIR=path | make eval-batch SUITE=problems/kb_level1 DIR=samples | make build DIR=path
 # PYTHON=python3 runs everything under a python that already has torch, ninja, pyyaml, rich and pytest.
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
@@ -29,6 +30,9 @@ eval-batch:
 
 new:
 	$(PYTHON) -m harness new $(PROBLEM) $(NAME)
+
+prompt:
+	@$(PYTHON) -m harness prompt $(PROBLEM)
 
 # Under 5 minutes on 2 cores: everything but the nvcc builds and the exhaustive exploit sweep.
 test:

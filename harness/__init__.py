@@ -7,6 +7,7 @@ Modules, one job each:
   correctness  compare an output with a float64 reference; the self-check of each problem's tolerances
   timing       the child's timing loops (over C-level primitives) and the parent's bounds and ceilings
   channel      authenticated JSON frames between parent and child; shared tensors described as data
+  prompt       a prompt asking a language model for a solution, generated from the rules and the problem
   messages     the parent-child protocol as types: one dataclass per request and reply; replies are read strictly
   sandbox      Landlock confinement of the child; the parent as subreaper of strays
   guard        the child's audit hook, module snapshot and sealed torch hooks (introspection is a verdict)

@@ -111,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     nw.add_argument("problem", help="the problem it solves")
     nw.add_argument("name", help="the file's name, without .py (solutions/<problem>/<name>.py)")
 
+    pr = sub.add_parser("prompt", help="print a prompt asking a language model for a solution (ModelNew with CUDA kernels)")
+    pr.add_argument("problem", help="a problem name, or a KernelBench-format .py file")
+
     sub.add_parser("list", help="list problems and their solutions")
 
     im = sub.add_parser("import-suite", help="make a problem folder (reference.py, generated problem.yaml) of each KernelBench-format "
@@ -366,6 +369,13 @@ def cmd_new(args) -> int:
     return 0
 
 
+def cmd_prompt(args) -> int:
+    from .prompt import build_prompt
+
+    sys.stdout.write(build_prompt(_named_problem(args.problem, PROBLEMS_DIR)))
+    return 0
+
+
 def cmd_list(_args) -> int:
     for name in available_problems():
         problem = find_problem(name)
@@ -406,6 +416,8 @@ def main(argv=None) -> int:
             return cmd_build(args)
         if args.command == "new":
             return cmd_new(args)
+        if args.command == "prompt":
+            return cmd_prompt(args)
         if args.command == "import-suite":
             return cmd_import_suite(args)
         return cmd_list(args)

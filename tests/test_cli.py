@@ -160,3 +160,8 @@ def test_every_option_shows_its_default_in_help():
 
     text = _parser()._subparsers._group_actions[0].choices["eval"].format_help()
     assert "(default: 5)" in text and "(default: 2.0)" in text and "(default: cuda when available)" in text
+
+
+def test_prompt_prints_a_prompt_for_a_problem():
+    out = _harness("prompt", "softmax", timeout=120)
+    assert out.returncode == 0 and "## Your answer" in out.stdout and "torch.softmax" in out.stdout
