@@ -13,6 +13,7 @@ absence as a usage error.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import tempfile
@@ -139,7 +140,7 @@ def run_batch_ray(refs: list, candidates: list, results: Path, options, title: s
             append_record(seed, results / "seeds.jsonl")
     eval_s = time.monotonic() - started - build_s
     names = {c.ref: c.problem for c in candidates}
-    meta = {"device": device, "workers": "ray", "results": str(results), "build_s": round(build_s, 1),
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": device, "workers": "ray", "results": str(results), "build_s": round(build_s, 1),
             "evaluate_s": round(eval_s, 1), "evaluated": progress.done, "backend": "ray"}
     return batch.write_summary(results, candidates, refs, title, meta, {names.get(r, r): e for r, e in errors.items()}, deaths)
 
