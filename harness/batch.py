@@ -477,7 +477,8 @@ class Progress:
             self.checked += 1
         if reply.get("status") == "ok":
             self.timed += 1
-        verdict = "correct" if reply.get("status") == "ok" else f"{reply.get('status')}: {reply.get('rule') or ''} {reply.get('reason', '')[:100]}"
+        verdict = "correct" if reply.get("status") == "ok" else \
+            f"{reply.get('status')}: {reply.get('rule') or ''} {reply.get('reason', '')[:100]}"
         if self.console is not None:
             from rich.markup import escape
 

@@ -91,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     bt.add_argument("--jobs", type=int, default=None, help="builds at once (default: the CPU count)")
     bt.add_argument("--gpus", type=int, default=None,
                     help="worker processes, one per GPU (default: every visible GPU; on a machine without one, 1 CPU worker)")
-    bt.add_argument("--backend", choices=("local", "ray"), default="local", help="local worker processes, or Ray tasks (pip install '.[ray]')")
+    bt.add_argument("--backend", choices=("local", "ray"), default="local",
+                    help="local worker processes, or Ray tasks (pip install '.[ray]')")
     bt.add_argument("--shape", action="append", default=[], help="only these shape names (repeatable)")
     bt.add_argument("--trials", type=int, default=5, help="correctness trials per shape")
     bt.add_argument("--budget", type=float, default=2.0, help="timing budget in seconds per target and shape")
@@ -346,7 +347,8 @@ def cmd_build(args) -> int:
         for c in candidates:
             if str(c.path) in outcomes:
                 ok, detail = outcomes[str(c.path)]
-                print(f"{c.problem}: {_relative(c.path)}: " + (("cached" if not detail else f"built ({detail:.0f} s)") if ok else f"FAILED: {detail}"))
+                state = ("cached" if not detail else f"built ({detail:.0f} s)") if ok else f"FAILED: {detail}"
+                print(f"{c.problem}: {_relative(c.path)}: {state}")
         print(f"{sum(ok for ok, _ in outcomes.values())} of {len(outcomes)} candidate(s) that build CUDA code are built")
         return 0 if all(ok for ok, _ in outcomes.values()) else 1
     if args.suite is not None:

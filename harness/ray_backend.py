@@ -92,7 +92,8 @@ def run_batch_ray(refs: list, candidates: list, results: Path, options, title: s
     todo = [c for c in candidates if c.key not in done]
     say(f"{len(candidates)} candidate(s), {len(candidates) - len(todo)} already recorded; Ray: {ray.cluster_resources()}")
     started = time.monotonic()
-    built = batch.build_candidates(todo, options.jobs or os.cpu_count() or 1, torch.device(device), options.build_timeout, say) if todo else {}
+    jobs = options.jobs or os.cpu_count() or 1
+    built = batch.build_candidates(todo, jobs, torch.device(device), options.build_timeout, say) if todo else {}
     build_s = time.monotonic() - started
     progress = batch.Progress(len(todo), sum(1 for c in todo if built.get(str(c.path), (True,))[0]), console, 0)
 
@@ -140,7 +141,8 @@ def run_batch_ray(refs: list, candidates: list, results: Path, options, title: s
             append_record(seed, results / "seeds.jsonl")
     eval_s = time.monotonic() - started - build_s
     names = {c.ref: c.problem for c in candidates}
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": device, "workers": "ray", "results": str(results), "build_s": round(build_s, 1),
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": device,
+            "workers": "ray", "results": str(results), "build_s": round(build_s, 1),
             "evaluate_s": round(eval_s, 1), "evaluated": progress.done, "backend": "ray"}
     return batch.write_summary(results, candidates, refs, title, meta, {names.get(r, r): e for r, e in errors.items()}, deaths)
 
