@@ -16,6 +16,7 @@ Modules, one job each:
   scaffold     a new solution file from the problem's simple.py or a template (`make new`)
   child        the process that imports and runs one solution (or baseline) under the parent's orders
   runner       the parent: draws inputs, spawns children, verifies outputs, applies the rules, writes records
+  batch        many candidates: parallel builds, one worker per GPU, resume, the summary with fast_p (ray_backend: on Ray)
   profiling    which kernels a solution launched
   scan         static rejections and warnings about solution source
   kernelbench  a KernelBench problem file as it is: its problem description, measured; import-suite
