@@ -1,4 +1,4 @@
-"""`python -m harness COMMAND`: eval, eval-batch, leaderboard, compare, selfcheck, build, new, list, import-suite.
+"""`python -m harness COMMAND`: eval, eval-batch, build, new, prompt, import-suite, selfcheck, leaderboard, compare, list.
 
 A problem is a name under problems/ or, for eval, a KernelBench-format .py file as it is (described in memory).
 
