@@ -171,7 +171,9 @@ def _share(t: dict) -> str:
     """The share of the floor (the least time the bytes or flops allow), or of the copy ceiling in older records."""
     if t.get("pct_floor") is not None:
         return f"{_fmt(t['pct_floor'], '.0f', '%')} of floor" + (" (flops)" if t.get("floor_bound") == "flops" else "")
-    return f"{_fmt(t.get('pct_copy_bw'), '.0f', '%')} copy BW"
+    if t.get("pct_copy_bw") is not None:
+        return f"{_fmt(t['pct_copy_bw'], '.0f', '%')} copy BW"
+    return "no ceiling (CPU)"
 
 
 def _row(s: dict, shapes: list, label: str, notes: list) -> str:
@@ -203,7 +205,8 @@ def _hardware(env: dict) -> str:
     ceilings = ", ".join(f"{label} {env[key] / 1e3:.2f} TB/s" for key, label in (("copy_bw_GBps", "copy"), ("read_bw_GBps", "read")) if env.get(key))
     if env.get("bf16_matmul_TFLOPs"):
         ceilings += f", bf16 matrix {env['bf16_matmul_TFLOPs']:.0f} TFLOP/s"
-    parts = [f"{env.get('gpu', '?')} ({', '.join(p for p in gpu if p)})", f"driver {env.get('driver', '?')}", f"CUDA {env.get('cuda', '?')}",
+    detail = ", ".join(p for p in gpu if p)
+    parts = [f"{env.get('gpu', '?')}" + (f" ({detail})" if detail else ""), f"driver {env.get('driver', '?')}", f"CUDA {env.get('cuda', '?')}",
              f"Python {env.get('python', '?')}"]
     return ("Hardware and software: " + "; ".join(parts) + (f"; clocks: {clocks}" if clocks else "") + "."
             + (f" Ceilings measured in that run: {ceilings}." if ceilings else ""))
