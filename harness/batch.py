@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
-import hashlib
 import json
 import math
 import os
@@ -32,7 +31,8 @@ import time
 from pathlib import Path
 
 from .problem import PROBLEMS_DIR, REPO_ROOT, ProblemError, load_problem
-from .records import RESULTS_DIR, Record, append_record, read_records, write_atomic
+from .leaderboard import geomean
+from .records import RESULTS_DIR, Record, append_record, file_sha256, read_records, write_atomic
 
 BATCH_RESULTS = RESULTS_DIR / "batch"  # GPU runs
 SCRATCH_BATCH_RESULTS = REPO_ROOT / ".scratch" / "batch"  # CPU runs: nothing timed there is a figure to read
@@ -60,10 +60,6 @@ class Candidate:
     def record_path(self) -> str:
         """As records give it: relative to the repository where it lies in it."""
         return record_path(self.path)
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def record_path(path: Path) -> str:
@@ -139,24 +135,19 @@ def latest_records(records: list) -> dict:
 
 def recorded_baselines(records: list, problem: str) -> dict:
     """{shape: {kind: median_ms}} from the latest ok eager and compile records of `problem` in a results file."""
+    from .runner import add_baseline
+
     latest = {}
     for record in records:
         if record.get("problem") == problem and record.get("kind") in BASELINES and record.get("status") == "ok":
             latest[record["kind"]] = record
     baselines = {}
-    for kind, record in latest.items():
-        for entry in record.get("timings", []):
-            if "median_ms" in entry:
-                baselines.setdefault(entry["shape"], {})[kind] = entry["median_ms"]
+    for record in latest.values():
+        add_baseline(baselines, record)
     return baselines
 
 
 # ---- the summary -------------------------------------------------------------------------------------------
-def geomean(values) -> float | None:
-    values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def speedup(record: dict, kind: str) -> float | None:
     """The candidate's speedup over the baseline `kind`: the geometric mean over its timing shapes."""
     return geomean(t.get(f"speedup_{kind}") for t in record.get("timings", []) if "error" not in t)
@@ -728,20 +719,14 @@ class Evaluator:
 
     def baselines(self, ref: str, write: bool = True) -> tuple:
         """(the baselines' medians {shape: {kind: ms}}, their records); ProblemError when the self-check fails."""
-        from .correctness import self_check
-        from .runner import Target
+        from .runner import Target, add_baseline
 
         problem = self.problem(ref)
-        lines = self_check(problem, self.run.device)
-        wrong = [f"{l.shape}/{l.case}: expected {l.expected}, got {l.got}" for l in lines if not l.ok]
-        if wrong:
-            raise ProblemError(f"{problem.name}: the self-check failed: {'; '.join(wrong[:4])}")
+        self.run.check_tolerances(problem)
         baselines, records = {}, []
         for target in (Target("eager", "eager"), Target("compile", "torch.compile")):
             record = self.run.evaluate_target(problem, target, baselines)
-            if record["status"] == "ok":
-                for entry in (t for t in record["timings"] if "median_ms" in t):
-                    baselines.setdefault(entry["shape"], {})[target.kind] = entry["median_ms"]
+            add_baseline(baselines, record)
             if write:
                 append_record(record, self.results_path)
             records.append(record)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from .problem import REPO_ROOT
+from .records import file_sha256
 
 BUILD_ROOT = Path(os.environ.get("HARNESS_BUILD_DIR", REPO_ROOT / ".build"))
 
@@ -36,7 +37,7 @@ KEY_VARIABLE = "HARNESS_BUILD_KEY"
 def extension_dir(solution: Path, problem: str) -> Path:
     tag = f"torch{torch.__version__.split('+')[0]}-cuda{torch.version.cuda or 'none'}-sm{arch_list().replace('.', '').replace(';', '_')}"
     if os.environ.get(KEY_VARIABLE) == "content":
-        return BUILD_ROOT / tag / "by-content" / hashlib.sha256(Path(solution).read_bytes()).hexdigest()[:20]
+        return BUILD_ROOT / tag / "by-content" / file_sha256(solution)[:20]
     digest = hashlib.sha256(str(solution.resolve()).encode()).hexdigest()[:8]
     return BUILD_ROOT / tag / f"{problem}-{solution.stem}-{digest}"
 

@@ -17,20 +17,20 @@ counted as unreadable.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import subprocess
 from pathlib import Path
 
 from .problem import REPO_ROOT
-from .records import Record, code_hash, read_records, write_atomic
+from .records import Record, code_hash, file_sha256, read_records, write_atomic
 from .timing import HOST_BOUND, entry_is_host_bound
 
 
-def _geomean(values):
-    values = [v for v in values if v and v > 0 and math.isfinite(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+def geomean(values) -> float | None:
+    """The geometric mean of the finite positive numbers among `values` (None when there are none)."""
+    values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def readable(record) -> bool:
@@ -104,7 +104,7 @@ def file_changed(path: str | None, sha256: str | None, code_sha256: str | None =
     try:
         if code_sha256:
             return code_hash(file) != code_sha256
-        return hashlib.sha256(file.read_bytes()).hexdigest() != sha256
+        return file_sha256(file) != sha256
     except OSError:
         return False
 
@@ -130,7 +130,7 @@ def build(records: list, keep=lambda path: True, changed=lambda path, sha256, co
             "commit": r["env"].get("harness_commit"), "harness_sha": r["env"].get("harness_sha"), "sha256": r.get("sha256"),
             "timings": {t["shape"]: {k: t.get(k) for k in ("median_ms", "speedup_eager", "speedup_compile", "pct_copy_bw", "pct_floor", "floor_bound", "GBps", "TFLOPs", "reps", "se_pct", "processes", "device_ms", "rule", "error")}
                         | {"host_bound": entry_is_host_bound(t)} for t in r["timings"]},
-            "geomean_speedup_eager": _geomean([t.get("speedup_eager") for t in r["timings"]]),
+            "geomean_speedup_eager": geomean([t.get("speedup_eager") for t in r["timings"]]),
             "own_kernel_share": r["profile"].get("own_share") if isinstance(r.get("profile"), dict) else None,
             "versions": r["versions"] if isinstance(r.get("versions"), dict) else {},
             "requirement_versions": r["requirement_versions"] if isinstance(r.get("requirement_versions"), dict) else {},

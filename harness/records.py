@@ -165,6 +165,11 @@ def code_text(source: str) -> str:
     return "\n".join(line.rstrip() for line in lines if line.strip())
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes: what a record says it measured."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def code_hash(path: Path) -> str:
     """sha256 of a solution's code (`code_text`): a comment-only edit keeps it."""
     return hashlib.sha256(code_text(Path(path).read_text(encoding="utf-8", errors="replace")).encode()).hexdigest()

@@ -37,7 +37,7 @@ from .channel import ChannelError, describe_shared, new_key, open_channel, send_
 from .correctness import check_output, inputs_unchanged, native_reference, reference_output, self_check
 from .guard import GUARD_EXIT
 from .problem import REPO_ROOT, Problem, ProblemError
-from .records import Record, append_record, code_hash, environment
+from .records import Record, append_record, code_hash, environment, file_sha256
 from .rules import CHILD_MAY_REPORT, GUARD, WORKER_LOST, Failure
 from .scan import needs_cuda, scan_source, scan_violations
 from .seeds import derive_seed, new_master_seed
@@ -102,6 +102,14 @@ def correctness_shapes(problem: Problem, names: tuple, device: torch.device) -> 
         # Without a GPU the timing shapes (also correctness shapes) are too large to check in reasonable time.
         return shapes if device.type == "cuda" else [s for s in shapes if problem.bytes_moved(s) <= 64e6]
     return [s for s in problem.shapes if s.name in names and ("correctness" in s.uses or device.type == "cuda")]
+
+
+def add_baseline(baselines: dict, record: dict) -> None:
+    """File an ok eager or torch.compile record's medians in `baselines` ({shape: {kind: ms}}): the figures later
+    targets' speedups are taken over."""
+    if record.get("kind") in ("eager", "compile") and record.get("status") == "ok":
+        for entry in (t for t in record.get("timings", []) if "median_ms" in t):
+            baselines.setdefault(entry["shape"], {})[record["kind"]] = entry["median_ms"]
 
 
 class ShapeFailure(Failure):
@@ -342,18 +350,20 @@ class Run:
         self.env.update(copy_bw_GBps=self.copy_bw / 1e9, read_bw_GBps=self.read_bw / 1e9, bf16_matmul_TFLOPs=self.matmul_rate / 1e12)
 
     # ------------------------------------------------------------------------------------------
-    def evaluate_problem(self, problem: Problem, targets: list) -> list:
+    def check_tolerances(self, problem: Problem) -> None:
+        """The problem's self-check on this device: ProblemError unless its tolerances separate right from wrong."""
         lines = self_check(problem, self.device)
         wrong = [f"{l.shape}/{l.case}: expected {l.expected}, got {l.got}" for l in lines if not l.ok]
         if wrong:
             raise ProblemError(f"{problem.name}: the self-check failed, its tolerances do not separate right from wrong: {'; '.join(wrong[:4])}")
         self.report(f"self-check: {len(lines)} cases behave as expected (reference passes; zeros, constants, other inputs fail)")
+
+    def evaluate_problem(self, problem: Problem, targets: list) -> list:
+        self.check_tolerances(problem)
         baselines, records = {}, []
         for target in targets:
             record = self.evaluate_target(problem, target, baselines)
-            if target.kind in ("eager", "compile") and record["status"] == "ok":
-                for entry in (t for t in record["timings"] if "median_ms" in t):
-                    baselines.setdefault(entry["shape"], {})[target.kind] = entry["median_ms"]
+            add_baseline(baselines, record)
             append_record(record, self.results_path)
             records.append(record)
             self.report(record=record)
@@ -365,7 +375,7 @@ class Run:
                         path=str(target.path) if target.path else None, device=self.env.get("gpu"), env=self.env,
                         partial=bool(self.config.shapes) and not names <= set(self.config.shapes) or self.config.trials < 5)
         if target.path:
-            record.sha256 = hashlib.sha256(Path(target.path).read_bytes()).hexdigest()
+            record.sha256 = file_sha256(target.path)
             record.code_sha256 = code_hash(target.path)
             record.warnings = scan_source(target.path, problem.reference_ops)
         return record
