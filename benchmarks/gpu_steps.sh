@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A batch of GPU work in one call, on any CUDA machine: benchmarks/device_session.sh STEP [STEP ...]
+# A batch of GPU work in one call, on any CUDA machine: benchmarks/gpu_steps.sh STEP [STEP ...]
 # Steps run in the order given, from the repository root; each step's log goes to $OUT (a failed step does not
 # stop the next). Steps:
 #   wheels         install the optional comparison libraries (quack, Liger and what they need) offline from
@@ -15,7 +15,7 @@
 #   timing         benchmarks/timing_check.py: the harness's timing against do_bench, every timing shape
 #   pack           results/ and the build cache (object files included: without them ninja rebuilds) into $OUT
 # Environment (defaults): OUT (out/), PYTHON (.venv/bin/python if present, else python3), WHEELS (.whl),
-# SITE ($TMPDIR/device-session-site), BUILD_CACHE ($OUT/build_cache.tgz), OLD (.old), TEST_JOBS (4).
+# SITE ($TMPDIR/gpu-steps-site), BUILD_CACHE ($OUT/build_cache.tgz), OLD (.old), TEST_JOBS (4).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -23,7 +23,7 @@ PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo pyth
 case "$PYTHON" in */*) PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" ;; esac  # old-eval runs elsewhere
 TEST_JOBS=${TEST_JOBS:-4}
 WHEELS=${WHEELS:-.whl}
-SITE=${SITE:-${TMPDIR:-/tmp}/device-session-site}
+SITE=${SITE:-${TMPDIR:-/tmp}/gpu-steps-site}
 BUILD_CACHE=${BUILD_CACHE:-$OUT/build_cache.tgz}
 OLD=${OLD:-.old}
 mkdir -p "$OUT"
@@ -31,7 +31,7 @@ OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1
 # The wheels' packages need their .pth files processed: a sitecustomize beside them adds $SITE as a site dir.
 if [ -d "$SITE/.custom" ]; then export PYTHONPATH="$SITE/.custom${PYTHONPATH:+:$PYTHONPATH}"; fi
-log() { echo "=== $(date +%T) $*" | tee -a "$OUT/session.log"; }
+log() { echo "=== $(date +%T) $*" | tee -a "$OUT/steps.log"; }
 timed() { local start=$SECONDS; "$@"; log "took $((SECONDS - start)) s"; }
 
 for step in "$@"; do

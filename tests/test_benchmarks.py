@@ -1,5 +1,5 @@
 """The benchmark scripts run only on a GPU machine, where a typo costs device time: each must at least
-parse (Python) or pass `bash -n` (the session script) here, and the standalone nvcc bench must build."""
+parse (Python) or pass `bash -n` (the GPU steps script) here, and the standalone nvcc bench must build."""
 import ast
 import os
 import shutil
@@ -33,8 +33,8 @@ def test_the_lab_check_runs_on_the_cpu():
     assert result.returncode == 0 and "ALL CORRECT" in result.stdout, (result.stdout + result.stderr)[-2000:]
 
 
-def test_device_session_script_is_valid_bash():
-    result = subprocess.run(["bash", "-n", str(BENCH / "device_session.sh")], capture_output=True, text=True)
+def test_gpu_steps_script_is_valid_bash():
+    result = subprocess.run(["bash", "-n", str(BENCH / "gpu_steps.sh")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 

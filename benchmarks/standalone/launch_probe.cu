@@ -1,5 +1,5 @@
-// What does an empty launch cost under the harness's timing, and how much of it is the launch's shape?  (twentieth
-// session)  The InfoNCE seed shape's fixed cost includes an "empty kernel" of about 2.9 us (stream_probe: 128 CTAs
+// What does an empty launch cost under the harness's timing, and how much of it is the launch's shape?
+// The InfoNCE seed shape's fixed cost includes an "empty kernel" of about 2.9 us (stream_probe: 128 CTAs
 // with its shared memory).  This probe times kernels that do nothing, or only write a few floats, in launch shapes
 // between <<<1, 32>>> and fast_v3's seed launch (128 CTAs of 256 threads, 225 KB of shared memory, clusters of 2),
 // after each of two flushes: the benches' 256 MB memset and a 256 MB fill kernel like torch's `fill_` (the harness's

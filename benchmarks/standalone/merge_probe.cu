@@ -1,4 +1,4 @@
-// Where do the 3.2-3.6 us of the InfoNCE seed shape's ticket tail go?  (twentieth session)
+// Where do the 3.2-3.6 us of the InfoNCE seed shape's ticket tail go?
 // tail_probe.cu measured the ticket tail as a whole; this probe stamps its steps with %globaltimer, in the layout of
 // the shipped K-split kernel: 128 CTAs of 256 threads (200 KB of shared memory, one per SM), CTA c spins for a fixed
 // number of clocks (the K loop), then writes the (max, sum) partials of 64 rows (rows 64 (c % 4) ..., split c / 4, so

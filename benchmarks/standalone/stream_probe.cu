@@ -1,4 +1,4 @@
-// What does the InfoNCE seed shape's data movement cost on its own?  (eighteenth session)
+// What does the InfoNCE seed shape's data movement cost on its own?
 // 128 CTAs (2 m-tiles x 64 n-tiles of 128 x 40) stream their raw query (A, 128 x 32 floats) and negatives (B, 40 x 32)
 // k-tiles through a ring of tensor-copy stages, as a warp-specialised kernel's producer would, and optionally split
 // each landed stage into tf32 hi/lo in shared memory (the producer's work), with no tensor work and no epilogue.

@@ -1,4 +1,4 @@
-// What does the InfoNCE seed shape's tail cost, and would a second launch do it cheaper?  (eighteenth session)
+// What does the InfoNCE seed shape's tail cost, and would a second launch do it cheaper?
 // A stand-in for fast_v3's B-resident kernel at the seed shape: 128 CTAs of 256 threads, one per SM (200 KB of shared
 // memory each, so 4 of the 132 SMs stay free), each spins for a fixed number of clocks (the K loop) and writes its
 // partials of 128 rows: the (max, sum) pair of each row as fast_v3 does (float2, at part[split][row]), or one float
