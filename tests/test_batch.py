@@ -356,17 +356,25 @@ def test_the_ray_backend_on_a_local_cpu_instance(tmp_path):
     pytest.importorskip("ray")
     folder = tmp_path / "cands"
     folder.mkdir()
-    for name in ("correct.py", "wrong.py"):
+    for name in ("correct.py", "wrong.py", "crashing.py", "hanging.py"):
         shutil.copy(FIXTURES / name, folder / name)
     results = tmp_path / "results"
-    out = _harness("eval-batch", "softmax", "--dir", str(folder), "--results", str(results), "--backend", "ray", "--device", "cpu", *FAST)
+    command = ("eval-batch", "softmax", "--dir", str(folder), "--results", str(results), "--backend", "ray", "--device", "cpu", *FAST)
+    out = _harness(*command)
     assert out.returncode == 0, out.stderr[-3000:]
     records, _ = read_records(results / "runs.jsonl")
-    verdicts = {Path(r["path"]).name: r["status"] for r in records if r["kind"] == "solution"}
-    assert verdicts == {"correct.py": "ok", "wrong.py": "failed"}
-    assert all(Path(r["path"]).parent == folder for r in records if r["kind"] == "solution")  # the driver's paths
+    solutions = {Path(r["path"]).name: r for r in records if r["kind"] == "solution"}
+    assert {name: r["status"] for name, r in solutions.items()} == {
+        "correct.py": "ok", "wrong.py": "failed", "crashing.py": "failed", "hanging.py": "failed"}
+    assert solutions["wrong.py"]["rule"] == "wrong-output" and solutions["hanging.py"]["rule"] == "timeout"
+    assert solutions["crashing.py"]["rule"] == "crash"
+    assert all(Path(r["path"]).parent == folder for r in solutions.values())  # the driver's paths
     summary = json.loads((results / "summary.json").read_text())["suite"]
-    assert summary["correct"] == 1 and summary["fast_p"]["eager"]["0"] == 0.5
+    assert summary["correct"] == 1 and summary["fast_p"]["eager"]["0"] == 0.25
+    # --resume through Ray: every candidate is recorded already, so nothing is evaluated again
+    again = _harness(*command, "--resume")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(read_records(results / "runs.jsonl")[0]) == len(records)
 
 
 def test_build_dir_builds_the_candidates_ahead_of_time(tmp_path, monkeypatch, capsys):
