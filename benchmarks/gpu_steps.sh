@@ -13,9 +13,13 @@
 #   trust          the trust-boundary and exploit suites on the GPU
 #   check:PROBLEM  benchmarks/check.py PROBLEM --quick (correctness of every solution, timing beside eager)
 #   timing         benchmarks/timing_check.py: the harness's timing against do_bench, every timing shape
+#   batch          $BATCH_COUNT mixed softmax candidates (benchmarks/batch_candidates.py) through eval-batch on every
+#                  visible GPU, from an empty build cache, then again with the cache warm; summaries and the
+#                  verdicts against what each file should get into $OUT/batch_{cold,warm}
 #   pack           results/ and the build cache (object files included: without them ninja rebuilds) into $OUT
 # Environment (defaults): OUT (out/), PYTHON (.venv/bin/python if present, else python3), WHEELS (.whl),
-# SITE ($TMPDIR/gpu-steps-site), BUILD_CACHE ($OUT/build_cache.tgz), OLD (.old), TEST_JOBS (4).
+# SITE ($TMPDIR/gpu-steps-site), BUILD_CACHE ($OUT/build_cache.tgz), OLD (.old), TEST_JOBS (4), BATCH_COUNT (100),
+# BATCH_ARGS (--timeout 30: a hung candidate costs 30 s, not the default 300).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -65,6 +69,18 @@ for step in "$@"; do
       timed timeout 1800 "$PYTHON" benchmarks/check.py "$name" --quick 2>&1 | tee "$OUT/check_$name.log" | grep -v "^  PASS" | tail -40 ;;
     timing)
       log timing; timed timeout 1800 "$PYTHON" benchmarks/timing_check.py --json "$OUT/timing_check.json" 2>&1 | tee "$OUT/timing_check.log" ;;
+    batch)
+      dir=${TMPDIR:-/tmp}/batch-candidates; rm -rf "$dir" "$OUT/batch_cold" "$OUT/batch_warm"
+      "$PYTHON" benchmarks/batch_candidates.py "$dir" --count "${BATCH_COUNT:-100}"
+      export HARNESS_BUILD_DIR=${TMPDIR:-/tmp}/batch-build; rm -rf "$HARNESS_BUILD_DIR"  # cold: an empty cache
+      for run in cold warm; do
+        log "batch $run"
+        timed timeout 3000 "$PYTHON" -m harness eval-batch softmax --dir "$dir" --results "$OUT/batch_$run" \
+          ${BATCH_ARGS:---timeout 30} > "$OUT/batch_$run.log" 2>&1
+        tail -45 "$OUT/batch_$run.log"
+        "$PYTHON" benchmarks/batch_candidates.py "$dir" --check "$OUT/batch_$run" | tail -15
+      done
+      unset HARNESS_BUILD_DIR ;;
     pack)
       log pack
       cp results/runs.jsonl results/leaderboard.md results/leaderboard.json "$OUT/" 2>/dev/null

@@ -3,8 +3,10 @@
 The parent (this module's `run_batch`) finds the candidates (every *.py in a folder, or samples/<problem>/<k>.py
 for a suite), skips those already recorded when resuming (keyed by path and sha256 of the file), builds the rest
 in parallel (runner.prebuild, extension folders keyed by the file's sha256, so a candidate is never built twice),
-then hands the work to one worker process per GPU (CUDA_VISIBLE_DEVICES names its GPU; on a machine without one,
-`--gpus N` runs N CPU workers). A worker (`python -m harness.batch`) holds one Run and evaluates what it is sent
+and hands the work to one worker process per GPU (CUDA_VISIBLE_DEVICES names its GPU; on a machine without one,
+`--gpus N` runs N CPU workers). Builds overlap with the evaluation: a candidate is sent to a worker as soon as its
+build ends, and the build workers see no GPU and run at a low priority, so that no solution code reaches a GPU
+while another target is timed (`--build-first` builds everything first). A worker (`python -m harness.batch`) holds one Run and evaluates what it is sent
 exactly as `eval` does: Run.evaluate_target, each target in its own sandboxed child, every check. First, per
 problem, the self-check and the baselines (eager, torch.compile), once per batch; then the candidates, one at a
 time, each given the problem's baseline medians. The worker appends each record to the batch's own runs.jsonl
@@ -25,8 +27,10 @@ import json
 import math
 import os
 import select
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -218,8 +222,13 @@ def render_markdown(summary: dict, title: str) -> str:
         lines += [f"{meta.get('date', '')} on {meta.get('device', '?')}; {meta.get('workers', '?')} worker(s); "
                   f"records in `{meta.get('results', '')}`"]
         if meta.get("build_s") is not None:
-            lines.append(f"builds {meta['build_s']} s ({meta.get('builds', 0)} built, {meta.get('failed_builds', 0)} failed), "
+            lines.append((f"{meta['wall_s']} s in all: " if meta.get("wall_s") is not None else "")
+                         + f"builds {meta['build_s']} s ({meta.get('builds', 0)} built, {meta.get('failed_builds', 0)} failed"
+                         + (f", {meta['build_jobs']} at once" if meta.get("build_jobs") else "")
+                         + (", overlapping the evaluation" if meta.get("overlap") else "") + "), "
                          f"evaluation {meta.get('evaluate_s')} s for {meta.get('evaluated')} candidate(s)")
+            if meta.get("s_per_candidate", {}).get("build"):
+                lines.append(f"- build: {meta['s_per_candidate']['build']} s mean per candidate built")
         for phase, figures in (meta.get("phase_s") or {}).items():
             lines.append(f"- {phase}: {figures['mean_s']} s mean, {figures['median_s']} s median per candidate ({figures['candidates']})")
         lines.append("")
@@ -303,36 +312,60 @@ def use_content_keys() -> None:
     os.environ[build.KEY_VARIABLE] = "content"
 
 
-def build_candidates(candidates: list, jobs: int, device, timeout: float = 1800.0, report=None) -> dict:
+def builds_code(candidate: Candidate) -> bool:
+    """Whether the build step builds this candidate (CUDA sources, and nothing the scan rejects before a build)."""
+    from .scan import needs_cuda, scan_violations
+
+    return needs_cuda(candidate.path) and not scan_violations(candidate.path)
+
+
+def build_candidates(candidates: list, jobs: int, device, timeout: float = 1800.0, report=None, on_done=None,
+                     hide_gpus: bool = False) -> dict:
     """Build every candidate that builds CUDA code and has not been built before (its sha256-named extension
     folder holds no library), `jobs` at once, each in a sandboxed worker (runner.prebuild). Two files with the
     same bytes are built once. Returns {str(path): (ok, seconds or reason)} for those built now; a cached one
-    maps to (True, 0.0)."""
+    maps to (True, 0.0). `on_done(path, outcome)` hears of each candidate as soon as its outcome is known.
+
+    `hide_gpus`: the builds overlap with timing, so no solution code may reach a GPU, and they run at a low
+    priority. The build workers see no GPU and compile for the arch of the GPUs the evaluation uses."""
     from . import build
     from .runner import prebuild
-    from .scan import needs_cuda, scan_violations
 
     use_content_keys()
     report = report or (lambda *_: None)
-    outcomes, todo, seen = {}, [], {}
-    problems = {}
+    on_done = on_done or (lambda path, outcome: None)
+    outcomes, todo, twins, problems = {}, [], {}, {}
+
+    def finish(candidate: Candidate, outcome: tuple):
+        for twin in twins.get(candidate.sha256, [candidate]):  # duplicates share their twin's outcome
+            outcomes[str(twin.path)] = outcome
+            on_done(str(twin.path), outcome)
+
     for c in candidates:
-        if not needs_cuda(c.path) or scan_violations(c.path):
+        if not builds_code(c):
+            continue
+        if c.sha256 in twins:
+            twins[c.sha256].append(c)
             continue
         if build.built_libraries(build.extension_dir(c.path, c.problem)):
-            outcomes[str(c.path)] = (True, 0.0)
+            finish(c, (True, 0.0))
             continue
-        if c.sha256 in seen:
-            continue
-        seen[c.sha256] = c
+        twins[c.sha256] = [c]
         problems.setdefault(c.ref, load_problem(Path(c.ref)))
         todo.append((problems[c.ref], c.path))
+    by_path = {str(c.path): c for c in candidates}
+    env, nice = {}, 0
+    if hide_gpus:
+        import torch
+
+        env, nice, device = {"CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": build.arch_list()}, 10, torch.device("cpu")
     if todo:
         report(f"building {len(todo)} candidate(s), {jobs} at once ({len(outcomes)} cached)")
-        outcomes.update(prebuild(todo, device, jobs=jobs, timeout=timeout))
-    for c in candidates:  # duplicates share their twin's outcome
-        if str(c.path) not in outcomes and c.sha256 in seen and str(seen[c.sha256].path) in outcomes:
-            outcomes[str(c.path)] = outcomes[str(seen[c.sha256].path)]
+        ended = prebuild(todo, device, jobs=jobs, timeout=timeout, env=env, nice=nice,
+                         on_done=lambda path, outcome: finish(by_path[path], outcome))
+        for path, outcome in ended.items():
+            if path not in outcomes:
+                finish(by_path[path], outcome)
     return outcomes
 
 
@@ -378,6 +411,9 @@ class Slot:
         os.close(write)
         self.fd, self.buffer, self.task = read, b"", None
         self.spawns += 1
+        from .runner import Worker
+
+        Worker.owned.add(self.process.pid)  # the builds' reaping must spare it
 
     def send(self, message: dict) -> bool:
         try:
@@ -432,6 +468,10 @@ class Slot:
         self._close_fd()
 
     def _close_fd(self):
+        from .runner import Worker
+
+        if self.process is not None:
+            Worker.owned.discard(self.process.pid)
         if self.fd is not None:
             try:
                 os.close(self.fd)
@@ -492,10 +532,12 @@ def death_record(candidate: Candidate, code, device: str) -> dict:
 
 
 def run_pool(tasks: list, slots: list, results: Path, progress: Progress, device_name: str, built: dict,
-             preset: dict | None = None, max_restarts: int | None = None) -> tuple:
+             preset: dict | None = None, max_restarts: int | None = None, building: set | None = None) -> tuple:
     """Run `tasks` (baselines first per problem, then candidates) on `slots`. A candidate task waits until its
-    problem's baselines are known. Returns ({ref: baselines}, {ref: error}, worker deaths)."""
+    problem's baselines are known, and until its build has ended when its path is in `building` (which the build
+    thread empties, filling `built`). Returns ({ref: baselines}, {ref: error}, worker deaths)."""
     from . import sandbox
+    from .runner import Worker
 
     sandbox.become_subreaper()  # what a dead worker leaves behind comes back here and is reaped
     queue = collections.deque(tasks)
@@ -504,9 +546,10 @@ def run_pool(tasks: list, slots: list, results: Path, progress: Progress, device
     for slot in slots:
         slot.spawn()
     waiting = {t.ref for t in tasks if t.op == "baselines"}
+    building = building if building is not None else set()
 
     def ready(task: Task) -> bool:
-        return task.op == "baselines" or task.ref not in waiting
+        return task.op == "baselines" or (task.ref not in waiting and str(task.candidate.path) not in building)
 
     def handle(slot: Slot, message: dict):
         task = slot.task
@@ -567,7 +610,7 @@ def run_pool(tasks: list, slots: list, results: Path, progress: Progress, device
                 task, code = slot.task, slot.process.returncode
                 slot._close_fd()
                 deaths += 1
-                sandbox.reap_strays(keep=[s.process for s in slots if s.process is not None and not s.dead()])
+                sandbox.reap_strays(keep=[*(s.process for s in slots if s.process is not None and not s.dead()), *Worker.live])
                 append_record({"event": "worker-died", "worker": slot.index, "exit": code,
                                "task": task.candidate.record_path if task and task.candidate else (task.ref if task else None)},
                               results / "workers.jsonl")
@@ -610,6 +653,7 @@ class Options:
     gpus: int | None = None  # workers (None: every visible GPU; 1 on the CPU)
     device: str | None = None
     resume: bool = False
+    build_first: bool = False  # every build before any evaluation (default: candidates are evaluated as builds end)
 
     def config(self) -> dict:
         return {"trials": self.trials, "budget": self.budget, "timeout": self.timeout, "build_timeout": self.build_timeout,
@@ -647,13 +691,39 @@ def run_batch(refs: list, candidates: list, results: Path, options: Options, tit
     say(f"{len(candidates)} candidate(s) of {len(refs)} problem(s); {len(candidates) - len(todo)} already recorded"
         + (" (--resume)" if options.resume else "") + f"; records: {results / 'runs.jsonl'}")
 
+    # Builds need only CPUs: by default they overlap with the evaluation (the GPUs hidden from them, at a low
+    # priority, leaving two cores to each GPU worker), and candidates are evaluated as their builds end.
+    overlap = not options.build_first
+    jobs = options.jobs or (max(1, (os.cpu_count() or 1) - 2 * workers) if overlap else os.cpu_count() or 1)
+    device_name = "cuda" if cuda else "cpu"
     started = time.monotonic()
-    built = build_candidates(todo, options.jobs or os.cpu_count() or 1, torch.device("cuda" if cuda else "cpu"),
-                             options.build_timeout, say) if todo else {}
-    build_s = time.monotonic() - started
-    failed_builds = sum(1 for ok, _ in built.values() if not ok)
-    if built:
-        say(f"builds: {len(built) - failed_builds} ok, {failed_builds} failed ({_duration(build_s)})")
+    built, build_s = {}, [0.0]
+    building = {str(c.path) for c in todo if builds_code(c)}
+    progress = Progress(len(todo), sum(1 for c in todo if str(c.path) not in building), console, workers)
+
+    def build_done(path: str, outcome: tuple):
+        built[path] = outcome
+        progress.built += bool(outcome[0])
+        building.discard(path)
+
+    def build_all():
+        try:
+            build_candidates(todo, jobs, torch.device(device_name), options.build_timeout, say, build_done, hide_gpus=overlap)
+        except Exception as error:  # noqa: BLE001 - the candidates' own workers then build them; the batch goes on
+            say(f"[red]the build step failed ({type(error).__name__}: {error}); each candidate is built by its own evaluation[/red]")
+        finally:
+            for path in list(building):
+                build_done(path, (False, "the build step ended without building it"))
+            build_s[0] = time.monotonic() - started
+            failed = sum(1 for ok, _ in built.values() if not ok)
+            if built:
+                say(f"builds: {len(built) - failed} ok, {failed} failed ({_duration(build_s[0])})")
+
+    builder = threading.Thread(target=build_all, name="builds", daemon=True)
+    if todo:
+        builder.start()
+        if not overlap:
+            builder.join()
 
     tasks, next_id = [], 0
     used = {c.ref for c in todo}
@@ -670,7 +740,6 @@ def run_batch(refs: list, candidates: list, results: Path, options: Options, tit
     # Baselines already recorded (--resume) are handed to the candidates as they are.
     reused = {c.ref: recorded_baselines(existing, c.problem) for c in todo if options.resume and recorded_baselines(existing, c.problem)}
 
-    device_name = "cuda" if cuda else "cpu"
     argv = [sys.executable, "-m", "harness.batch", "--device", device_name, "--results", str(results / "runs.jsonl"),
             "--config", json.dumps(options.config())]
     slots = []
@@ -680,18 +749,22 @@ def run_batch(refs: list, candidates: list, results: Path, options: Options, tit
         if cuda:
             env["CUDA_VISIBLE_DEVICES"] = gpus[index]
         slots.append(Slot(index, argv, env, results / f"worker-{index}.log"))
-    ok_built = sum(1 for c in todo if built.get(str(c.path), (True,))[0])
-    progress = Progress(len(todo), ok_built, console, workers)
     deaths, errors = 0, {}
+    evaluate_start = time.monotonic()
     if tasks:
-        say(f"evaluating on {workers} {'GPU' if cuda else 'CPU'} worker(s)")
-        baselines, errors, deaths = run_pool(tasks, slots, results, progress, device_name, built, preset=reused)
-    eval_s = time.monotonic() - started - build_s
+        say(f"evaluating on {workers} {'GPU' if cuda else 'CPU'} worker(s)" + (" as builds end" if overlap and building else ""))
+        baselines, errors, deaths = run_pool(tasks, slots, results, progress, device_name, built, preset=reused, building=building)
+    if todo:
+        builder.join()
+    end = time.monotonic()
+    failed_builds = sum(1 for ok, _ in built.values() if not ok)
+    build_times = [seconds for ok, seconds in built.values() if ok and seconds]
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": device_name,
-            "workers": workers, "results": str(results), "build_s": round(build_s, 1), "evaluate_s": round(eval_s, 1),
+            "workers": workers, "results": str(results), "wall_s": round(end - started, 1), "overlap": overlap,
+            "build_jobs": jobs, "build_s": round(build_s[0], 1), "evaluate_s": round(end - evaluate_start, 1),
             "evaluated": progress.done, "builds": len(built), "failed_builds": failed_builds,
-            "s_per_candidate": {"build": round(build_s / max(1, len(built)), 2) if built else 0.0,
-                                "evaluate": round(eval_s * workers / max(1, progress.done), 2) if progress.done else 0.0},
+            "s_per_candidate": {"build": round(statistics.fmean(build_times), 2) if build_times else 0.0,
+                                "evaluate": round((end - evaluate_start) * workers / max(1, progress.done), 2) if progress.done else 0.0},
             "phase_s": progress.phase_summary()}
     names = {c.ref: c.problem for c in candidates}
     return write_summary(results, candidates, refs, title, meta, {names.get(r, r): e for r, e in errors.items()}, deaths)

@@ -53,6 +53,20 @@ def prepare_build_env(solution: Path, problem: str) -> Path:
     return directory
 
 
+def clear_stale_locks(directory: Path) -> list:
+    """Remove the `lock` files torch's JIT loader leaves in an extension folder when its build is killed (a timeout,
+    Ctrl-C): the next load would wait on them forever. Call only where nothing else builds in `directory` (the
+    harness builds each folder from one process at a time). Returns the files removed."""
+    removed = []
+    for lock in directory.glob("*/lock") if directory.is_dir() else ():
+        try:
+            lock.unlink()
+            removed.append(lock)
+        except OSError:
+            pass
+    return removed
+
+
 def built_libraries(directory: Path) -> dict:
     return {str(p): p.stat().st_mtime for p in directory.rglob("*.so")} if directory.is_dir() else {}
 

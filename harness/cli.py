@@ -88,7 +88,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="where the batch's runs.jsonl and summary go (default: results/batch/<name>/ for GPU runs, "
                          ".scratch/batch/<name>/ for CPU runs; never the main leaderboard)")
     bt.add_argument("--resume", action="store_true", help="skip candidates that have a record already (same path and sha256)")
-    bt.add_argument("--jobs", type=int, default=None, help="builds at once (default: the CPU count)")
+    bt.add_argument("--jobs", type=int, default=None,
+                    help="builds at once (default: the CPU count less two per GPU worker; with --build-first, the CPU count)")
+    bt.add_argument("--build-first", action="store_true",
+                    help="build every candidate before evaluating any (default: evaluate each as its build ends; the "
+                         "builds see no GPU and run at a low priority)")
     bt.add_argument("--gpus", type=int, default=None,
                     help="worker processes, one per GPU (default: every visible GPU; on a machine without one, 1 CPU worker)")
     bt.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -320,7 +324,8 @@ def cmd_eval_batch(args) -> int:
     results = args.results or batch.default_results(name, device.type == "cuda")
     options = batch.Options(trials=args.trials, budget=args.budget, timeout=args.timeout, build_timeout=args.build_timeout,
                             shapes=tuple(args.shape), host_bound_processes=args.host_bound_processes, jobs=args.jobs or 0,
-                            gpus=args.gpus, device=device.type, resume=args.resume)
+                            gpus=args.gpus, device=device.type, resume=args.resume,
+                            build_first=args.build_first)
     reporter = Reporter(quiet=False)
     if args.backend == "ray":
         try:

@@ -127,7 +127,7 @@ class Worker:
     """The parent's end of one child process: spawn, sandbox spec, authenticated requests, cleanup. Each
     request names a command whose handler of the same name runs in the child (harness/child.py)."""
 
-    def __init__(self, spec: dict, config: Config):
+    def __init__(self, spec: dict, config: Config, env: dict | None = None, nice: int = 0):
         self.spec = spec
         self.scratch = Path(tempfile.mkdtemp(prefix="harness-child-"))
         cmd_r, cmd_w = os.pipe()
@@ -135,7 +135,7 @@ class Worker:
         self.guard_r, guard_w = os.pipe()
         key = new_key()
         self.children_before = set(sandbox.children())
-        env = {**os.environ, **sandbox.scratch_environment(self.scratch)}
+        env = {**os.environ, **(env or {}), **sandbox.scratch_environment(self.scratch)}
         env["KINETO_LOG_LEVEL"] = "6"  # the op trace's profiler would print start/stop lines for every trial
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         self.process = subprocess.Popen([sys.executable, "-m", "harness.child", str(cmd_r), str(reply_w), str(guard_w)],
@@ -143,6 +143,8 @@ class Worker:
                                         stdin=subprocess.DEVNULL)
         for fd in (cmd_r, reply_w, guard_w):
             os.close(fd)
+        if nice:  # before the child is sent its spec: the compilers it starts inherit the priority
+            os.setpriority(os.PRIO_PROCESS, self.process.pid, nice)
         send_plain(cmd_w, {**spec, "key": key.hex(), "sandbox": config.sandbox, "scratch": str(self.scratch),
                            "read_paths": [str(p) for p in self._read_paths()], "write_paths": self._write_paths(),
                            "trusted_dirs": self._trusted_dirs()})
@@ -160,6 +162,7 @@ class Worker:
         paths = [str(self.scratch), "/dev/shm"]
         if self.spec.get("extension_dir"):
             Path(self.spec["extension_dir"]).mkdir(parents=True, exist_ok=True)
+            build.clear_stale_locks(Path(self.spec["extension_dir"]))  # nothing else builds there now
             paths.append(self.spec["extension_dir"])
         return paths
 
@@ -249,7 +252,8 @@ class Worker:
         """Processes the child left behind: its descendants, and orphans re-parented to this process since
         it started (children this process had before are not the child's)."""
         return sandbox.descendants(self.process.pid) + [p for p in sandbox.children()
-                                                        if p != self.process.pid and p not in Worker.live and p not in self.children_before]
+                                                        if p != self.process.pid and p not in Worker.live and p not in Worker.owned
+                                                        and p not in self.children_before]
 
     def kill(self):
         sandbox.kill_group(self.process.pid)
@@ -268,7 +272,7 @@ class Worker:
         except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
             pass
         self.kill()
-        sandbox.reap_strays(keep=Worker.live - {self.process.pid})
+        sandbox.reap_strays(keep=(Worker.live | Worker.owned) - {self.process.pid})
         for fd in (*self.fds, self.guard_r):
             try:
                 os.close(fd)
@@ -277,11 +281,12 @@ class Worker:
         Worker.live.discard(self.process.pid)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
-    live: set = set()
+    live: set = set()  # pids of the children running a target now
+    owned: set = set()  # pids of this parent's own other processes (eval-batch's GPU workers): never strays
 
 
-def spawn(spec: dict, config: Config) -> Worker:
-    worker = Worker(spec, config)
+def spawn(spec: dict, config: Config, env: dict | None = None, nice: int = 0) -> Worker:
+    worker = Worker(spec, config, env, nice)
     Worker.live.add(worker.process.pid)
     return worker
 
@@ -827,10 +832,15 @@ class Run:
                                                 f"its own events on the current stream saw {events * 1e3:.1f} us: work ran on another stream")
 
 
-def prebuild(items: list, device: torch.device, jobs: int = 4, timeout: float = 1800.0, config: Config | None = None) -> dict:
+def prebuild(items: list, device: torch.device, jobs: int = 4, timeout: float = 1800.0, config: Config | None = None,
+             on_done=None, env: dict | None = None, nice: int = 0) -> dict:
     """Build (import) several solutions at once, each in its own sandboxed worker, so that the
     evaluation that follows finds every extension cached. Returns {path: (ok, seconds or reason)}.
-    Every process a build left is killed before anything is timed."""
+    Every process a build left is killed as soon as its build ends (Worker.close).
+
+    For builds that overlap with timing (eval-batch): `on_done(path, outcome)` hears of each build as it ends,
+    `env` is laid over the workers' environment (the batch hides the GPUs), and `nice` lowers their priority and
+    that of the compilers they start. Reaping spares Worker.owned (the batch's GPU workers)."""
     config = config or Config()
     pending = [(problem, path) for problem, path in items if needs_cuda(path) and not scan_violations(path)]
     running, results = [], {}
@@ -840,7 +850,7 @@ def prebuild(items: list, device: torch.device, jobs: int = 4, timeout: float = 
             problem, path = pending.pop(0)
             spec = {"kind": "solution", "path": str(Path(path).resolve()), "problem_dir": str(problem.directory.resolve()),
                     "device": str(device), "requires": [], "function": "", "extension_dir": str(build.extension_dir(Path(path), problem.name))}
-            worker = spawn(spec, config)
+            worker = spawn(spec, config, env, nice)
             worker.send(messages.Load().wire())
             running.append((path, worker, time.monotonic()))
         for item in list(running):
@@ -855,8 +865,9 @@ def prebuild(items: list, device: torch.device, jobs: int = 4, timeout: float = 
                 results[str(path)] = (False, "worker died or hung while building")
             except (ChannelError, KeyError, TypeError, ValueError):
                 results[str(path)] = (False, "worker sent a malformed reply while building")
-            worker.close()
+            worker.close()  # and what its import started dies with it
             running.remove(item)
+            if on_done is not None:
+                on_done(str(path), results[str(path)])
         time.sleep(0.05)
-    sandbox.reap_strays(keep=Worker.live)
     return results

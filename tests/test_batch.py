@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,7 @@ def test_resume_hands_recorded_baselines_to_the_rest(tmp_path, monkeypatch):
     append_record(eager, results / "runs.jsonl")
     seen = {}
 
-    def fake_pool(tasks, slots, results_dir, progress, device, built, preset=None, max_restarts=None):
+    def fake_pool(tasks, slots, results_dir, progress, device, built, preset=None, **_):
         seen["tasks"], seen["preset"] = [(t.op, t.candidate and t.candidate.path.name) for t in tasks], preset
         return preset, {}, 0
 
@@ -185,7 +186,7 @@ def test_a_built_candidate_is_never_built_again_and_twins_build_once(tmp_path, m
     (cached / "ext.so").write_bytes(b"")
     calls = []
 
-    def fake_prebuild(items, device, jobs=4, timeout=0):
+    def fake_prebuild(items, device, jobs=4, timeout=0, **_):
         calls.append(sorted(p.name for _, p in items))
         return {str(p): (True, 12.0) for _, p in items}
 
@@ -195,6 +196,73 @@ def test_a_built_candidate_is_never_built_again_and_twins_build_once(tmp_path, m
     assert outcomes[str(folder / "other.py")] == (True, 0.0)
     assert outcomes[str(folder / "twin.py")] == outcomes[str(folder / "a.py")] == (True, 12.0)
     assert str(folder / "plain.py") not in outcomes
+
+
+@pytest.mark.parametrize("build_first", [False, True])
+def test_candidates_are_evaluated_as_their_builds_end(tmp_path, monkeypatch, build_first):
+    """Builds overlap with the evaluation: a plain candidate is evaluated while another is still building, and
+    the built one only once its build has ended; the builds see no GPU and run at a low priority. With
+    --build-first, nothing is evaluated before every build has ended."""
+    monkeypatch.setattr(build, "BUILD_ROOT", tmp_path / "build")
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "correct.py", folder / "correct.py")
+    (folder / "cuda.py").write_text((FIXTURES / "correct.py").read_text() + "# cuda_sources=... (as a CUDA candidate)\n")
+    results = tmp_path / "results"
+    events = []
+
+    def solution_records() -> list:
+        return [Path(r["path"]).name for r in read_records(results / "runs.jsonl")[0] if r["kind"] == "solution"]
+
+    def fake_prebuild(items, device, jobs=4, timeout=0, on_done=None, env=None, nice=0, **_):
+        events.append(("build starts", solution_records(), env, nice, str(device)))
+        deadline = time.monotonic() + 120
+        while not build_first and "correct.py" not in solution_records() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        events.append(("build ends", solution_records()))
+        outcomes = {str(p): (True, 1.0) for _, p in items}
+        for path, outcome in outcomes.items():
+            on_done(path, outcome)
+        return outcomes
+
+    monkeypatch.setattr("harness.runner.prebuild", fake_prebuild)
+    found = batch.candidates_for(batch.problem_ref("softmax"), folder)
+    options = batch.Options(device="cpu", trials=2, budget=0.05, shapes=("one_row",), host_bound_processes=1, timeout=5,
+                            build_first=build_first)
+    summary = batch.run_batch([batch.problem_ref("softmax")], found, results, options, "softmax")
+    (_, before, env, nice, device), (_, at_end) = events
+    assert before == [] and env == ({} if build_first else {"CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": build.arch_list()})
+    assert (nice, device) == ((0, "cpu") if build_first else (10, "cpu"))
+    assert at_end == ([] if build_first else ["correct.py"])  # the plain one was evaluated during the build
+    assert solution_records() == ["correct.py", "cuda.py"]  # the built one after its build
+    assert summary["meta"]["overlap"] is not build_first and summary["meta"]["builds"] == 1
+
+
+def test_a_build_spares_the_batch_workers_and_clears_a_stale_lock(tmp_path, monkeypatch):
+    """A build ending reaps what its import started, but not the batch's GPU workers (Worker.owned); a `lock`
+    left by a killed build (torch's loader would wait on it forever) is removed before the next one starts."""
+    from harness import runner
+    from harness.problem import find_problem
+
+    monkeypatch.setattr(build, "BUILD_ROOT", tmp_path / "build")
+    monkeypatch.setenv(build.KEY_VARIABLE, "content")
+    path = tmp_path / "cand.py"
+    path.write_text((FIXTURES / "correct.py").read_text() + "# cuda_sources=... (as a CUDA candidate)\n")
+    lock = build.extension_dir(path, "softmax") / "cand_ext" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    gpu_worker = subprocess.Popen(["sleep", "60"])
+    runner.Worker.owned.add(gpu_worker.pid)
+    try:
+        ended = []
+        outcomes = runner.prebuild([(find_problem("softmax"), path)], "cpu", on_done=lambda p, o: ended.append((p, o)))
+        assert gpu_worker.poll() is None  # alive
+        assert outcomes[str(path)][0] and ended == [(str(path), outcomes[str(path)])]
+        assert not lock.exists()
+    finally:
+        runner.Worker.owned.discard(gpu_worker.pid)
+        gpu_worker.kill()
+        gpu_worker.wait()
 
 
 # ---- the worker pool: replacement and re-queueing (a fake worker) ------------------------------------------
@@ -384,7 +452,7 @@ def test_build_dir_builds_the_candidates_ahead_of_time(tmp_path, monkeypatch, ca
     (folder / "cuda.py").write_text("# cuda_sources=...\nclass ModelNew: pass\n")
     (folder / "plain.py").write_text("class ModelNew: pass\n")
     built = []
-    monkeypatch.setattr("harness.runner.prebuild", lambda items, device, jobs=4, timeout=0: built.append(jobs) or
+    monkeypatch.setattr("harness.runner.prebuild", lambda items, device, jobs=4, timeout=0, **_: built.append(jobs) or
                         {str(p): (False, "error: x") for _, p in items})
     assert cli.main(["build", "softmax", "--dir", str(folder), "--jobs", "3"]) == 1
     out = capsys.readouterr().out
