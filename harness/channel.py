@@ -114,8 +114,9 @@ def open_channel(read_fd: int, write_fd: int, key: bytes) -> tuple:
         try:
             text = payload.decode()
             message, end = scan(text, 0)
-        except (UnicodeDecodeError, ValueError, StopIteration) as error:
-            raise ChannelError(f"a frame is not JSON: {error}") from None
+        except (UnicodeDecodeError, ValueError, StopIteration, RecursionError, MemoryError) as error:
+            # RecursionError: a frame nested deeper than the scanner goes (tens of thousands of "[")
+            raise ChannelError(f"a frame is not JSON: {type(error).__name__}: {str(error)[:200]}") from None
         if end != len(text) or not isinstance(message, dict):
             raise ChannelError("a frame is not one JSON object")
         return message

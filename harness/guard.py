@@ -7,8 +7,10 @@ it must not. The solution cannot catch the kill: there is no exception, and no c
 
 Who did it: an event is the solution's when a solution frame (its file, its scratch folders, code that is
 not a real file, anything outside the trusted folders) is among the NEAR frames nearest to it, so that
-inspect.stack() or traceback.walk_stack() called by the solution count, while torch calling
-sys._getframe deep under an honest import or forward does not. Holes this leaves, and what covers them:
+inspect.stack() or traceback.walk_stack() called by the solution count. A frame read further away is the
+solution's too, at any depth, unless a trusted consumer (namedtuple's module name, logging's caller,
+torch.library, a lazily imported trusted module) stands between: library helpers that hand frames back
+lead by f_back to the child's serving frame. Holes this leaves, and what covers them:
   - frame attributes (f_back, f_locals, f_globals), closure cells, __globals__ and module or class
     attribute writes raise no audit event: the static scan (harness/scan.py) and ModuleSnapshot
     cover them, and a frame or a gc object list cannot be had without an audited call in the first place;
@@ -391,6 +393,20 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             return "introspection", at(chain, event + " called through an indirection; nearest Python code")
         if state["phase"] == "run" and not harness_asked(chain):
             return "introspection", at(chain, event + " while the solution runs")
+        if chain:
+            # While the solution's import runs, a frame read anywhere under it is its own unless a consumer (or
+            # a library known to keep the frames it reads) stands between: library helpers that hand frames
+            # back (asyncio's task stacks, traceback's extractors, under any depth of tree_map) lead by f_back
+            # to the child's serving frame.
+            full = stack(chain[0][4], everything)
+            for i in _range(_len(full)):
+                if full[i][0] == "solution":
+                    for j in _range(i):
+                        if consumes_frames(full[j]):
+                            return None
+                    if consumer_before(full, i):
+                        return None
+                    return "introspection", event + " (" + where(chain[0]) + ") under the solution's import (" + where(full[i]) + ")"
         return None
 
     def judge_maker(event, chain):

@@ -139,7 +139,7 @@ def _file_format(problem: Problem) -> str:
         "`C10_CUDA_KERNEL_LAUNCH_CHECK()`.",
         "- Imports: `torch`, `torch.nn`, `torch.nn.functional`, `torch.utils.cpp_extension.load_inline` and plain "
         "standard-library modules such as `math`. Never the modules the static scan bans, and never assign to "
-        "attributes of torch or of other modules (both listed below).",
+        "attributes of torch or of other modules (both listed below). `torch.compile` is not available.",
         "- Sizes come only from the inputs (their `.size()`/`.shape`), never from the reference's module constants: the "
         "harness changes them per shape.",
     ]

@@ -383,6 +383,12 @@ class Run:
             record.sha256 = file_sha256(target.path)
             record.code_sha256 = code_hash(target.path)
             record.warnings = scan_source(target.path, problem.reference_ops)
+        if self.device.type != "cuda" and not self.config.shapes:
+            checked = {s.name for s in correctness_shapes(problem, (), self.device)}
+            unchecked = [s.name for s in problem.shapes_for("correctness") if s.name not in checked]
+            if unchecked:  # a CPU run is a check of the pipeline: say what it did not look at
+                record.partial = True
+                record.warnings.append(f"not checked without a GPU (over 64 MB): {', '.join(unchecked)}")
         return record
 
     def _spec(self, problem: Problem, target: Target) -> dict:
@@ -863,8 +869,8 @@ def prebuild(items: list, device: torch.device, jobs: int = 4, timeout: float = 
                 if not finished:
                     continue
                 results[str(path)] = (False, "worker died or hung while building")
-            except (ChannelError, KeyError, TypeError, ValueError):
-                results[str(path)] = (False, "worker sent a malformed reply while building")
+            except Exception as error:  # noqa: BLE001 - one build's reply, however malformed, never stops the others
+                results[str(path)] = (False, f"worker sent a malformed reply while building ({type(error).__name__})")
             worker.close()  # and what its import started dies with it
             running.remove(item)
             if on_done is not None:

@@ -123,6 +123,9 @@ PROTECTED_ROOTS = {"torch", "time", "os", "sys", "builtins", "gc", "threading", 
                    "importlib", "harness", "math", "random", "numpy", "triton"}
 # Flags that make torch MORE exact: a solution may switch them off (TF32 and reduced-precision reductions).
 EXACTNESS_FLAGS = {"allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"}
+# cuDNN switches a solution may set to a constant: they choose algorithms in its own process only, and the
+# outputs are checked whatever they pick (torch.backends.cudnn.benchmark = True is common in solutions).
+CUDNN_SWITCHES = {"benchmark", "deterministic", "enabled"}
 # In device code (the strings handed to load_inline): the Python C API, other processes, host threads.
 NATIVE_PATTERNS = [
     (r"\b_?Py(Eval|Frame|ThreadState|InterpreterState|Import|Run|Sys|GC|Code|Function|Cell|Module_GetDict|Dict_(Set|Get)Item"
@@ -225,6 +228,9 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, "introspection", f"reaches gc internals (gc.{node.attr})")
         if node.attr == "__dict__" and root in self.protected:
             self.flag(node, "introspection", f"reaches a module's dict ({'.'.join(chain)})")
+        if chain[:2] == ["torch", "compile"] or chain[:2] == ["torch", "_dynamo"]:
+            self.flag(node, "introspection", "uses torch.compile, whose frame-evaluation hook (it sees every frame, the "
+                                             "harness's included) is sealed in a solution's process")
         self.generic_visit(node)
 
     def visit_Constant(self, node):
@@ -303,6 +309,9 @@ class _Scanner(ast.NodeVisitor):
         if isinstance(target, ast.Attribute) and target.attr in EXACTNESS_FLAGS and "backends" in chain \
                 and isinstance(value, ast.Constant) and value.value is False:
             return  # torch.backends.cuda.matmul.allow_tf32 = False: more exact, never faster
+        if chain[:3] == ["torch", "backends", "cudnn"] and len(chain) == 4 and chain[3] in CUDNN_SWITCHES \
+                and isinstance(value, ast.Constant) and isinstance(value.value, bool):
+            return
         self.flag(node, "introspection", f"writes the attribute {dotted} of a module the harness relies on")
 
     def visit_Assign(self, node):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -263,6 +264,34 @@ def test_a_build_spares_the_batch_workers_and_clears_a_stale_lock(tmp_path, monk
         runner.Worker.owned.discard(gpu_worker.pid)
         gpu_worker.kill()
         gpu_worker.wait()
+
+
+def test_a_build_whose_reply_cannot_be_read_fails_alone(tmp_path, monkeypatch):
+    """Whatever a build worker's reply raises in the parent (a forged frame too deep to parse raised
+    RecursionError), that build fails with a reason and the others go on."""
+    from harness import runner
+    from harness.problem import find_problem
+
+    class Unreadable:
+        process = types.SimpleNamespace(poll=lambda: None)
+
+        def send(self, message):
+            pass
+
+        def recv(self, timeout):
+            raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(runner, "spawn", lambda spec, config, env=None, nice=0: Unreadable())
+    paths = []
+    for name in ("a.py", "b.py"):
+        paths.append(tmp_path / name)
+        paths[-1].write_text("# cuda_sources=...\nclass ModelNew: pass\n")
+    outcomes = runner.prebuild([(find_problem("softmax"), p) for p in paths], "cpu")
+    assert {k: v[0] for k, v in outcomes.items()} == {str(p): False for p in paths}
+    assert all("RecursionError" in reason for _, reason in outcomes.values())
 
 
 # ---- the worker pool: replacement and re-queueing (a fake worker) ------------------------------------------

@@ -36,6 +36,22 @@ def test_a_forged_or_replayed_frame_is_refused():
     assert recv(1.0) == {"n": 2}
 
 
+def test_an_authenticated_frame_nested_too_deep_is_a_channel_error_not_a_crash():
+    """A child that holds the key (native code can read it) may send any bytes: JSON nested deeper than the
+    scanner goes must be refused like any malformed frame, never raise RecursionError in the parent."""
+    import hashlib
+    import hmac
+
+    down_r, down_w = os.pipe()
+    key = new_key()
+    _, recv = open_channel(down_r, os.pipe()[1], key)
+    payload = b"[" * 20000 + b"]" * 20000
+    tag = hmac.new(key, (0).to_bytes(8, "big") + payload, hashlib.sha256).digest()
+    os.write(down_w, len(payload).to_bytes(4, "big") + tag + payload)
+    with pytest.raises(ChannelError, match="not JSON: RecursionError"):
+        recv(1.0)
+
+
 def test_a_frame_that_arrives_in_pieces_is_read_whole_past_the_timeout():
     """A timeout applies to the start of a frame only: a slow writer never leaves the reader mid-frame."""
     key = new_key()

@@ -93,6 +93,8 @@ FORBIDDEN = {
     "builtins_write": ("import builtins\nbuiltins.print = None\n", "introspection", 2),
     "rewrite_class": ("class A: pass\na = A()\na.__class__ = int\n", "introspection", 3),
     "tf32_on": ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", "introspection", 2),
+    "torch_compile": ("import torch\nf = torch.compile(lambda x: x)\n", "introspection", 2),
+    "cudnn_flag_variable": ("import torch\nflag = True\ntorch.backends.cudnn.benchmark = flag\n", "introspection", 3),
     "disable_modes": ("from torch.utils._python_dispatch import _disable_current_modes\n", "introspection", 1),
     "disable_dispatch": ("import torch\nwith torch._C._DisableTorchDispatch():\n    pass\n", "introspection", 2),
     "disable_function": ("import torch\nwith torch._C.DisableTorchFunction():\n    pass\n", "introspection", 2),
@@ -132,6 +134,8 @@ from torch.utils.cpp_extension import load_inline
 # comments may name inspect.stack(), ctypes and torch.allclose = ... too
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
+torch.backends.cudnn.benchmark = True
+torch.backends.cudnn.deterministic = False
 torch.set_float32_matmul_precision("highest")
 os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0")
 os.environ.setdefault("MAX_JOBS", "4")
