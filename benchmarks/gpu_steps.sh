@@ -16,10 +16,15 @@
 #   batch          $BATCH_COUNT mixed softmax candidates (benchmarks/batch_candidates.py) through eval-batch on every
 #                  visible GPU, from an empty build cache, then again with the cache warm; summaries and the
 #                  verdicts against what each file should get into $OUT/batch_{cold,warm}
+#   batch-start    the same in a detached session (it outlives this call; the device keeps it running while the
+#                  machine is held), working in $BATCH_WORK
+#   batch-wait     wait up to $BATCH_WAIT s for a started batch, then copy what it has into $OUT (call again if
+#                  it is not done: a call may last 10 minutes)
 #   pack           results/ and the build cache (object files included: without them ninja rebuilds) into $OUT
 # Environment (defaults): OUT (out/), PYTHON (.venv/bin/python if present, else python3), WHEELS (.whl),
 # SITE ($TMPDIR/gpu-steps-site), BUILD_CACHE ($OUT/build_cache.tgz), OLD (.old), TEST_JOBS (4), BATCH_COUNT (100),
-# BATCH_ARGS (--timeout 30: a hung candidate costs 30 s, not the default 300).
+# BATCH_ARGS (--timeout 30: a hung candidate costs 30 s, not the default 300), BATCH_WORK ($TMPDIR/batch-work),
+# BATCH_WAIT (540).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -37,6 +42,31 @@ export PYTHONUNBUFFERED=1
 if [ -d "$SITE/.custom" ]; then export PYTHONPATH="$SITE/.custom${PYTHONPATH:+:$PYTHONPATH}"; fi
 log() { echo "=== $(date +%T) $*" | tee -a "$OUT/steps.log"; }
 timed() { local start=$SECONDS; "$@"; log "took $((SECONDS - start)) s"; }
+BATCH_WORK=${BATCH_WORK:-${TMPDIR:-/tmp}/batch-work}
+
+# The batch benchmark, cold then warm, in $BATCH_WORK (not $OUT: a detached run outlives the call that started it).
+batch_run() {
+  local dir="$BATCH_WORK/candidates" run start
+  rm -rf "$BATCH_WORK" && mkdir -p "$BATCH_WORK"
+  "$PYTHON" benchmarks/batch_candidates.py "$dir" --count "${BATCH_COUNT:-100}"
+  export HARNESS_BUILD_DIR="$BATCH_WORK/build"  # cold: an empty build cache
+  for run in cold warm; do
+    start=$SECONDS
+    timeout 3000 "$PYTHON" -m harness eval-batch softmax --dir "$dir" --results "$BATCH_WORK/batch_$run" \
+      ${BATCH_ARGS:---timeout 30} > "$BATCH_WORK/batch_$run.log" 2>&1
+    echo "batch $run: $((SECONDS - start)) s wall (exit $?)" >> "$BATCH_WORK/times.txt"
+    "$PYTHON" benchmarks/batch_candidates.py "$dir" --check "$BATCH_WORK/batch_$run" > "$BATCH_WORK/check_$run.txt" 2>&1
+  done
+  touch "$BATCH_WORK/DONE"
+}
+
+batch_collect() {
+  cp -r "$BATCH_WORK"/batch_cold "$BATCH_WORK"/batch_warm "$OUT/" 2>/dev/null
+  cp "$BATCH_WORK"/*.log "$BATCH_WORK"/*.txt "$OUT/" 2>/dev/null
+  cat "$BATCH_WORK/times.txt" 2>/dev/null
+  for f in "$BATCH_WORK"/check_*.txt; do [ -f "$f" ] && { echo "-- $f"; tail -12 "$f"; }; done
+  if [ -f "$BATCH_WORK/batch_warm/summary.md" ]; then head -30 "$BATCH_WORK/batch_warm/summary.md"; fi
+}
 
 for step in "$@"; do
   case "$step" in
@@ -70,17 +100,17 @@ for step in "$@"; do
     timing)
       log timing; timed timeout 1800 "$PYTHON" benchmarks/timing_check.py --json "$OUT/timing_check.json" 2>&1 | tee "$OUT/timing_check.log" ;;
     batch)
-      dir=${TMPDIR:-/tmp}/batch-candidates; rm -rf "$dir" "$OUT/batch_cold" "$OUT/batch_warm"
-      "$PYTHON" benchmarks/batch_candidates.py "$dir" --count "${BATCH_COUNT:-100}"
-      export HARNESS_BUILD_DIR=${TMPDIR:-/tmp}/batch-build; rm -rf "$HARNESS_BUILD_DIR"  # cold: an empty cache
-      for run in cold warm; do
-        log "batch $run"
-        timed timeout 3000 "$PYTHON" -m harness eval-batch softmax --dir "$dir" --results "$OUT/batch_$run" \
-          ${BATCH_ARGS:---timeout 30} > "$OUT/batch_$run.log" 2>&1
-        tail -45 "$OUT/batch_$run.log"
-        "$PYTHON" benchmarks/batch_candidates.py "$dir" --check "$OUT/batch_$run" | tail -15
-      done
-      unset HARNESS_BUILD_DIR ;;
+      log batch; timed batch_run; batch_collect ;;
+    batch-start)
+      log "batch started in $BATCH_WORK"
+      export -f batch_run; export PYTHON BATCH_WORK BATCH_COUNT BATCH_ARGS
+      setsid nohup bash -c batch_run > /dev/null 2>&1 < /dev/null & ;;
+    batch-wait)
+      log "waiting for the batch in $BATCH_WORK"
+      waited=0
+      while [ ! -f "$BATCH_WORK/DONE" ] && [ "$waited" -lt "${BATCH_WAIT:-540}" ]; do sleep 10; waited=$((waited + 10)); done
+      [ -f "$BATCH_WORK/DONE" ] && log "batch done" || { log "batch still running after ${waited} s"; tail -3 "$BATCH_WORK"/batch_*.log; }
+      batch_collect ;;
     pack)
       log pack
       cp results/runs.jsonl results/leaderboard.md results/leaderboard.json "$OUT/" 2>/dev/null

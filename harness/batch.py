@@ -223,7 +223,9 @@ def render_markdown(summary: dict, title: str) -> str:
                   f"records in `{meta.get('results', '')}`"]
         if meta.get("build_s") is not None:
             lines.append((f"{meta['wall_s']} s in all: " if meta.get("wall_s") is not None else "")
-                         + f"builds {meta['build_s']} s ({meta.get('builds', 0)} built, {meta.get('failed_builds', 0)} failed"
+                         + f"builds {meta['build_s']} s ({meta.get('builds', 0)} built, "
+                         + (f"{meta['cached_builds']} cached, " if meta.get("cached_builds") else "")
+                         + f"{meta.get('failed_builds', 0)} failed"
                          + (f", {meta['build_jobs']} at once" if meta.get("build_jobs") else "")
                          + (", overlapping the evaluation" if meta.get("overlap") else "") + "), "
                          f"evaluation {meta.get('evaluate_s')} s for {meta.get('evaluated')} candidate(s)")
@@ -762,7 +764,8 @@ def run_batch(refs: list, candidates: list, results: Path, options: Options, tit
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": device_name,
             "workers": workers, "results": str(results), "wall_s": round(end - started, 1), "overlap": overlap,
             "build_jobs": jobs, "build_s": round(build_s[0], 1), "evaluate_s": round(end - evaluate_start, 1),
-            "evaluated": progress.done, "builds": len(built), "failed_builds": failed_builds,
+            "evaluated": progress.done, "builds": len(built) - failed_builds - sum(1 for ok, s in built.values() if ok and not s),
+            "cached_builds": sum(1 for ok, s in built.values() if ok and not s), "failed_builds": failed_builds,
             "s_per_candidate": {"build": round(statistics.fmean(build_times), 2) if build_times else 0.0,
                                 "evaluate": round((end - evaluate_start) * workers / max(1, progress.done), 2) if progress.done else 0.0},
             "phase_s": progress.phase_summary()}

@@ -137,8 +137,6 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     import torch._dynamo  # noqa: F401 - it rewraps some torch functions on import: before the snapshot
     import torch.utils.cpp_extension  # noqa: F401 - imported by solutions; its import adds to torch's dicts
 
-    import dataclasses
-
     from . import build, guard, messages, profiling, timing
     from .channel import open_shared
     from .integrity import AtenOpRecorder, poison_freed
@@ -151,6 +149,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     problem = load_problem(spec["problem_dir"])
     problem.module  # noqa: B018 - import the reference before the solution
     warm_up, timed_batch, burst_calls, queued_calls, issue_probe, after_call, seal, sync, guarded = timing.make_timer(device)
+    wire = messages.wire  # bound now: the replies never pass through a lookup the solution could redirect
     is_solution = kind == "solution"
     if not is_solution:  # a baseline at fp32 computes in fp32: cuDNN's default TF32 convolutions miss fp32 tolerances
         torch.backends.cudnn.allow_tf32 = False
@@ -348,7 +347,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             if is_solution or command == "load" or rule == "cuda-error":
                 return
             continue
-        send({"status": "ok", **dataclasses.asdict(result)})
+        send({"status": "ok", **wire(result)})
 
 
 if __name__ == "__main__":

@@ -80,21 +80,37 @@ _DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/full"})
 _RAW_MEMORY = frozenset({"/dev/mem", "/dev/kmem", "/dev/port", "/proc/kcore"})
 
 # Trusted functions that look at their caller's frame and hand nothing of it back: when one of them is
-# between an event and the solution, the event is theirs. (file suffix, qualified name or None for any)
+# between an event and the solution, the event is theirs. (file suffix, qualified name, via): the frames
+# between the event and the function must all be in its own file (the function itself, or a helper such as
+# logging's currentframe), or, where `via` is a file suffix, all in that file (traceback's walkers under a
+# formatter that returns text). A function that calls what it is handed (torch.library's pystub check,
+# torch.cuda._lazy_call once CUDA runs) would hand frames out, so only the functions themselves are listed.
 # The top level of any trusted module counts as well: torch imports modules lazily during a call.
 _CONSUMERS = (
-    ("/collections/__init__.py", "namedtuple"),       # the caller's module name; sets its own __new__.__defaults__
-    ("/typing.py", "_caller"),                        # TypeVar, NewType, TypedDict: the caller's module name
-    ("/typing_extensions.py", "_caller"),             # the same, in the backport torch uses
-    ("/typing_extensions.py", "_has_generic_or_protocol_as_origin"),  # Generic[...]: a yes/no about typing's frame
-    ("/typing.py", "NamedTupleMeta.__new__"),         # class X(NamedTuple): sets the new class's __bases__
-    ("/enum.py", "EnumType._create_"),                # Enum('Name', 'a b'): the caller's module name
-    ("/logging/__init__.py", "Logger.findCaller"),    # file, line, function of a log record (not with stack_info)
-    ("/subprocess.py", "_text_encoding"),             # -X warn_default_encoding: a warning's stack level
-    ("/torch/library.py", None),                      # torch.library.Library, custom ops: where they were registered
-    ("/torch/_library/utils.py", "get_source"),       # the same, for torch.library.custom_op
-    ("/torch/cuda/__init__.py", "_lazy_call"),        # a call queued before CUDA starts keeps its stack as text
+    ("/collections/__init__.py", "namedtuple", None),       # the caller's module name; sets its own __new__.__defaults__
+    ("/typing.py", "_caller", None),                        # TypeVar, NewType, TypedDict: the caller's module name
+    ("/typing_extensions.py", "_caller", None),             # the same, in the backport torch uses
+    ("/typing_extensions.py", "_has_generic_or_protocol_as_origin", None),  # Generic[...]: a yes/no about typing's frame
+    ("/typing.py", "NamedTupleMeta.__new__", None),         # class X(NamedTuple): sets the new class's __bases__
+    ("/enum.py", "EnumType._create_", None),                # Enum('Name', 'a b'): the caller's module name
+    ("/logging/__init__.py", "Logger.findCaller", None),    # file, line, function of a log record; its stack as text
+    ("/subprocess.py", "_text_encoding", None),             # -X warn_default_encoding: a warning's stack level
+    ("/torch/library.py", "Library.__init__", None),        # torch.library.Library: where it was made
+    ("/torch/library.py", "Library._register_fake", None),  # register_fake: the caller's module
+    ("/torch/_library/utils.py", "get_source", None),       # "file:line" of a custom op's registration
+    ("/torch/cuda/__init__.py", "_lazy_call", "/traceback.py"),  # a call queued before CUDA starts keeps its stack as text
+    # traceback's formatters: text, never frames (walk_tb and walk_stack called directly still hand frames out)
+    *(("/traceback.py", name, "/traceback.py") for name in (
+        "print_exc", "format_exc", "print_exception", "format_exception", "print_tb", "format_tb", "extract_tb",
+        "print_stack", "format_stack", "extract_stack", "print_last", "TracebackException.__init__")),
 )
+# Library code that uses the frames it asks inspect for itself (names and lines for its own messages) rather than
+# hand them back, as a generic helper such as tree_map would: (path part, a path part that must stand between it
+# and the solution, or None). torch._jit_internal's resolution callbacks read any frame's locals for whoever
+# calls them: they count only under torch.jit's own entry points.
+_FRAME_CONSUMERS = (("/filelock/", None), ("/setuptools/command/install.py", None), ("/torch/_jit_internal.py", "/torch/jit/"),
+                    ("/torch/jit/_trace.py", None), ("/torch/utils/_traceback.py", None), ("/torch/_sources.py", None),
+                    ("/torch/jit/frontend.py", None))
 
 
 def _real(path) -> str:
@@ -162,7 +178,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
     frame_events = dict(_FRAME_EVENTS)
     frame_attrs, code_attrs, rewrite_attrs, maker_events = _FRAME_ATTRS, _CODE_ATTRS, _REWRITE_ATTRS, _MAKER_EVENTS
     process_events, socket_events, write_events, list_events = _PROCESS_EVENTS, _SOCKET_EVENTS, dict(_WRITE_EVENTS), _LIST_EVENTS
-    thread_events, devices, raw_memory, consumers = _THREAD_EVENTS, _DEVICES, _RAW_MEMORY, _CONSUMERS
+    thread_events, devices, raw_memory, consumers, frame_consumers = _THREAD_EVENTS, _DEVICES, _RAW_MEMORY, _CONSUMERS, _FRAME_CONSUMERS
     near, reach, phases, everything = NEAR, REACH, PHASES, 1 << 30
     interesting = frozenset(set(frame_events) | maker_events | process_events | socket_events | set(write_events)
                             | list_events | thread_events | {"object.__getattr__", "object.__setattr__", "open",
@@ -305,28 +321,36 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
         return text + (" (" + where(chain[0]) + ")" if chain else "")
 
     def consumer(entry, caller=None):
+        """(the consumer's file suffix, its `via`) when `entry` is a consumer, else None."""
         kind, filename, name = entry[0], entry[1], entry[2]
         if kind != "stdlib" and kind != "lib":
-            return False
+            return None
         if name == "<module>":
             # a trusted module's top level that importlib is running now (a lazy import during a call; its
             # code passed the exec check): not the main script at the bottom of the stack
-            return caller is not None and caller[5] is call_removed
-        for suffix, function in consumers:
-            if filename.endswith(suffix) and (function is None or function == name):
-                if function == "Logger.findCaller":  # with stack_info a log record holds the caller's whole stack
-                    try:
-                        wanted = entry[4].f_locals.get("stack_info", False)
-                    except _BaseException:
-                        return False
-                    return wanted is False or wanted is None
-                return True
-        return False
+            return (filename, None) if caller is not None and caller[5] is call_removed else None
+        for suffix, function, via in consumers:
+            if filename.endswith(suffix) and function == name:
+                return suffix, via
+        return None
 
     def consumer_before(chain, stop):
+        """A consumer stands between the event (chain[0]) and `stop`, with only its own file's frames (or its
+        `via` file's) below it."""
         end = _len(chain) if stop is None else stop
         for i in _range(end):
-            if consumer(chain[i], chain[i + 1] if i + 1 < _len(chain) else None):
+            if chain[i][2] == "<module>":
+                if consumer(chain[i], chain[i + 1] if i + 1 < _len(chain) else None):
+                    return True
+                continue
+            found = consumer(chain[i])
+            if found is None:
+                continue
+            below = found[1] if found[1] is not None else found[0]
+            for j in _range(i):
+                if not chain[j][1].endswith(below):
+                    break
+            else:
                 return True
         return False
 
@@ -341,12 +365,18 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
         return filename.endswith("/inspect.py") or (filename.endswith("/traceback.py") and name in ("walk_stack", "walk_tb"))
 
     def consumes_frames(entry):
-        """Library code known to use the frames it asks inspect for itself (names and lines for its own
-        messages) rather than hand them back to its caller, as a generic helper such as tree_map would."""
+        """Library code known to use the frames it asks inspect for itself (_FRAME_CONSUMERS)."""
         filename = entry[1]
-        for part in frame_consumers:
+        for part, needs in frame_consumers:
             if part in filename:
-                return True
+                if needs is None:
+                    return True
+                for above in stack(entry[4], everything)[1:]:  # its caller and up, to the solution
+                    if above[0] == "solution":
+                        return False
+                    if needs in above[1]:
+                        return True
+                return False
         return False
 
     def first_solution(chain):
@@ -381,10 +411,14 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
         s = nearest_solution(chain)
         if chain and hands_out_frames(chain[0]) and not (_len(chain) > 1 and consumes_frames(chain[1])):
             # inspect.stack() and its kin return frames to whoever called them, however deep the solution
-            # hides behind library helpers (tree_map of a partial of inspect.stack, say)
-            caller = first_solution(stack(chain[0][4], everything))
-            if caller is not None:
-                return "introspection", event + " through " + where(chain[0]) + ", handing frames to the solution (" + where(caller) + ")"
+            # hides behind library helpers (tree_map of a partial of inspect.stack, say), unless a formatter
+            # that turns them into text (traceback.format_exc) stands between
+            full = stack(chain[0][4], everything)
+            for i in _range(_len(full)):
+                if full[i][0] == "solution":
+                    if consumer_before(full, i):
+                        return None
+                    return "introspection", event + " through " + where(chain[0]) + ", handing frames to the solution (" + where(full[i]) + ")"
         if consumer_before(chain, s):
             return None
         if s is not None:
@@ -401,9 +435,8 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             full = stack(chain[0][4], everything)
             for i in _range(_len(full)):
                 if full[i][0] == "solution":
-                    for j in _range(i):
-                        if consumes_frames(full[j]):
-                            return None
+                    if hands_out_frames(full[0]) and i > 1 and consumes_frames(full[1]):
+                        return None
                     if consumer_before(full, i):
                         return None
                     return "introspection", event + " (" + where(chain[0]) + ") under the solution's import (" + where(full[i]) + ")"
@@ -477,8 +510,6 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
 
     private_proc = {"maps", "smaps", "smaps_rollup", "map_files", "pagemap", "numa_maps", "mem"}
     # filelock (torch's build lock) looks for its own frames on release; setuptools for its caller's name.
-    frame_consumers = ("/filelock/", "/setuptools/command/install.py", "/torch/_jit_internal.py", "/torch/jit/_trace.py",
-                       "/torch/utils/_traceback.py", "/torch/_sources.py", "/torch/jit/frontend.py")
 
     def judge_proc(path):
         """Reads of another process's /proc entries, or of any process's memory."""
@@ -785,7 +816,9 @@ def seal_frame_hooks() -> list:
 _SNAPSHOT_NAMES = frozenset({"builtins", "time", "os", "sys", "gc", "threading", "json", "hmac", "hashlib", "struct",
                              # what the guard and the channel lean on as well
                              "posix", "_thread", "posixpath", "pathlib", "io", "_io", "operator", "functools", "types",
-                             "traceback", "warnings", "importlib", "importlib._bootstrap", "importlib._bootstrap_external"})
+                             "traceback", "warnings", "importlib", "importlib._bootstrap", "importlib._bootstrap_external",
+                             # what the replies and records are built with
+                             "dataclasses", "copy"})
 _SNAPSHOT_PREFIXES = ("torch", "harness")
 # Keys that change under honest code: the warnings machinery files its "already shown" records here.
 _LAZY_KEYS = frozenset({"__warningregistry__"})

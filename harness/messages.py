@@ -142,6 +142,12 @@ def _fits(value, kind) -> bool:
     return isinstance(value, kind)
 
 
+def wire(reply) -> dict:
+    """A reply as the plain mapping the channel sends: its fields, read off the instance. No dataclasses.asdict:
+    it looks itself up and copies values through `copy` at call time, both modules a solution could rewrite."""
+    return {name: getattr(reply, name) for name in type(reply).__dataclass_fields__}
+
+
 def read(reply_type, message: dict, phase: str):
     """The reply as `reply_type`, or Failure("bad-reply") naming the first field that is missing or mistyped."""
     hints = typing.get_type_hints(reply_type)

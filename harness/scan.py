@@ -107,6 +107,8 @@ BANNED_NAMES = {
                      "_dispatch_tls_set_dispatch_key_included", "_enable_record_function", "_toggle_collection_dynamic",
                      "_RecordFunctionFast", "_set_record_function"),
                     "switches torch's function or dispatch modes, or its op recording"),
+    **dict.fromkeys(("redispatch", "redispatch_boxed", "_op_dk", "DispatchKeySet", "_dispatch_call_boxed", "call_boxed"),
+                    "calls an op below torch's dispatch modes and op recording (redispatch)"),
     **dict.fromkeys(("meta_path", "path_hooks"), "installs import hooks"),
     "_construct_storage_from_data_pointer": "makes a tensor over a raw address",
     **dict.fromkeys(("from_file", "fromfile", "memmap"), "reads or maps files through native code"),
@@ -306,9 +308,12 @@ class _Scanner(ast.NodeVisitor):
                 return  # setting a build variable (TORCH_CUDA_ARCH_LIST, MAX_JOBS) before load_inline
             self.flag(node, "introspection", f"writes into {dotted}[...]")
             return
-        if isinstance(target, ast.Attribute) and target.attr in EXACTNESS_FLAGS and "backends" in chain \
-                and isinstance(value, ast.Constant) and value.value is False:
-            return  # torch.backends.cuda.matmul.allow_tf32 = False: more exact, never faster
+        if isinstance(target, ast.Attribute) and target.attr in EXACTNESS_FLAGS and "backends" in chain:
+            if isinstance(value, ast.Constant) and value.value is False:
+                return  # torch.backends.cuda.matmul.allow_tf32 = False: more exact, never faster
+            self.flag(node, "introspection", f"turns on reduced precision ({dotted}): the outputs are judged against "
+                                             "float32 math; set it to False or leave it alone")
+            return
         if chain[:3] == ["torch", "backends", "cudnn"] and len(chain) == 4 and chain[3] in CUDNN_SWITCHES \
                 and isinstance(value, ast.Constant) and isinstance(value.value, bool):
             return

@@ -106,7 +106,6 @@ ATTACKS = {
     "inspect_stack": ("import inspect\ndef main():\n    return [f.frame.f_locals for f in inspect.stack()]\n", "introspection", "candidate.py"),
     "inspect_currentframe": ("import inspect\ndef main():\n    return inspect.currentframe().f_back.f_locals\n", "introspection", ""),
     "traceback_walk_stack": ("import traceback\ndef main():\n    return [f.f_locals for f, _ in traceback.walk_stack(None)]\n", "introspection", ""),
-    "logging_stack_info": ("import io, logging\ndef main():\n    logging.getLogger('x').error('where', stack_info=True)\n", "introspection", ""),
     "tb_frame": ("def main():\n    try:\n        raise ValueError\n    except ValueError as e:\n        return e.__traceback__.tb_frame.f_back\n",
                  "introspection", "tb_frame"),
     "gi_frame": ("def main():\n    g = (i for i in range(3))\n    return g.gi_frame\n", "introspection", "gi_frame"),
@@ -198,7 +197,7 @@ def test_load_phase_may_run_processes_and_write_scratch(tmp_path):
 def test_honest_python_idioms_pass(tmp_path):
     """Stdlib helpers that look at their caller's frame for a module name, and ordinary library use."""
     expect_pass(tmp_path, """
-        import collections, dataclasses, enum, functools, gc, logging, typing, warnings
+        import collections, dataclasses, enum, functools, gc, logging, traceback, typing, warnings
         Pair = collections.namedtuple("Pair", "a b")
         T = typing.TypeVar("T")
         class NT(typing.NamedTuple):
@@ -218,6 +217,24 @@ def test_honest_python_idioms_pass(tmp_path):
                 raise ValueError("x")
             except ValueError:
                 pass
+        # tracebacks turned into text, at import and during a call: frames never reach the solution
+        try:
+            import not_installed_fast_path  # noqa: F401
+        except ImportError:
+            traceback.print_exc()
+            log.exception("fast path unavailable")
+        def fallback():
+            try:
+                raise RuntimeError("no kernel for this device")
+            except RuntimeError:
+                return traceback.format_exc() + "".join(traceback.format_stack())
+        fallback()
+        log.error("where", stack_info=True)
+        _main = main
+        def main():
+            _main()
+            fallback()
+            log.error("where", stack_info=True)
     """)
 
 
