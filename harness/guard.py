@@ -344,8 +344,8 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                     return True
                 continue
             found = consumer(chain[i])
-            if found is None:
-                continue
+            if found is None or (found[1] is not None and i == 0):
+                continue  # a `via` consumer raising the event itself calls what it was handed (_lazy_call once CUDA runs)
             below = found[1] if found[1] is not None else found[0]
             for j in _range(i):
                 if not chain[j][1].endswith(below):

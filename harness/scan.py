@@ -135,9 +135,14 @@ NATIVE_PATTERNS = [
     (r"\b(py|pybind11)::(module_?::import|globals|exec|eval|eval_file)\b", "introspection", "runs Python code from native code"),
     (r"\b(dlopen|dlsym|ptrace|process_vm_readv|process_vm_writev)\b", "introspection", "loads symbols or reads other processes"),
     (r"/proc/|/dev/mem\b", "introspection", "opens /proc or /dev/mem"),
-    (r"\b(syscall|fork|vfork|execve|execv|execvp|system|popen|posix_spawn)\s*\(", "sandbox-violation", "starts processes or makes raw system calls"),
-    (r"\bstd::(thread|async|jthread)\b|\bpthread_create\b", "background-thread", "starts a host thread"),
+    # a call sits where code does (a line's start, after an operator, `::`, `return`...), never after a word as in
+    # prose ("on this system (sm_90)"); string literals inside the code are blanked first (printf messages)
+    (r"(?:^|(?<=[^\w\s])|(?<=\breturn)|(?<=\belse)|(?<=\bdo))[ \t]*\b(syscall|fork|vfork|execve|execv|execvp|system|popen"
+     r"|posix_spawn)\s*\(", "sandbox-violation", "starts processes or makes raw system calls"),
+    (r"\bstd::(thread|async|jthread)\b(?!::hardware_concurrency)|\bpthread_create\b", "background-thread", "starts a host thread"),
 ]
+# The patterns above that judge code, not names: they see the code with its string literals blanked.
+_CODE_ONLY_RULES = frozenset({"sandbox-violation", "background-thread"})
 NATIVE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx", ".inl")
 
 
@@ -179,6 +184,8 @@ class _Scanner(ast.NodeVisitor):
         self.folder = folder
         self.protected = set()   # names bound to protected modules or to things imported from them
         self.bound = set()       # names the module binds itself (a local `compile` is not the builtin)
+        self.aliases = {}        # import aliases: cudnn -> torch.backends.cudnn, ENV -> os.environ
+        self.in_main = False     # inside `if __name__ == "__main__":` (never run when the harness imports the file)
 
     def flag(self, node, rule, reason):
         item = (rule, f"line {getattr(node, 'lineno', 0)}: {reason}")
@@ -193,6 +200,8 @@ class _Scanner(ast.NodeVisitor):
                 self.flag(node, "introspection", BANNED_MODULES[top])
             if top in PROTECTED_ROOTS:
                 self.protected.add(alias.asname or top)
+            if alias.asname:
+                self.aliases[alias.asname] = alias.name.split(".")
             self.bound.add((alias.asname or top))
             self._check_name(node, alias.name.split(".")[-1])
 
@@ -209,6 +218,8 @@ class _Scanner(ast.NodeVisitor):
             self._check_name(node, alias.name)
             if top in PROTECTED_ROOTS:
                 self.protected.add(alias.asname or alias.name)
+            if module and not node.level:
+                self.aliases[alias.asname or alias.name] = module.split(".") + [alias.name]
             self.bound.add(alias.asname or alias.name)
 
     # --- names, attributes, strings ---
@@ -230,7 +241,8 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, "introspection", f"reaches gc internals (gc.{node.attr})")
         if node.attr == "__dict__" and root in self.protected:
             self.flag(node, "introspection", f"reaches a module's dict ({'.'.join(chain)})")
-        if chain[:2] == ["torch", "compile"] or chain[:2] == ["torch", "_dynamo"]:
+        chain = self._canonical(chain)
+        if (chain[:2] == ["torch", "compile"] or chain[:2] == ["torch", "_dynamo"]) and not self.in_main:
             self.flag(node, "introspection", "uses torch.compile, whose frame-evaluation hook (it sees every frame, the "
                                              "harness's included) is sealed in a solution's process")
         self.generic_visit(node)
@@ -257,14 +269,19 @@ class _Scanner(ast.NodeVisitor):
 
     def _check_native(self, node, text, where):
         code = _strip_c_comments(text)
+        bare = re.sub(r'"(?:[^"\\\n]|\\.)*"', '""', code)
         for pattern, rule, reason in NATIVE_PATTERNS:
-            match = re.search(pattern, code)
+            match = re.search(pattern, bare if rule in _CODE_ONLY_RULES else code, re.M)
             if match:
                 self.flag(node, rule, f"device code{where} {reason} ({match.group(0).strip()})")
 
     # --- calls ---
     def visit_Call(self, node):
         func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "set_float32_matmul_precision" \
+                and not (node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "highest"):
+            self.flag(node, "introspection", "turns on reduced precision (set_float32_matmul_precision below 'highest'): "
+                                             "the outputs are judged against float32 math")
         if isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
             root, chain = _root(node.args[0])
             if root is None and isinstance(node.args[0], ast.Name):
@@ -303,14 +320,17 @@ class _Scanner(ast.NodeVisitor):
         if root not in self.protected:
             return
         dotted = ".".join(chain)
+        chain = self._canonical(chain)
         if isinstance(target, ast.Subscript):
-            if chain[:2] == ["os", "environ"] or (len(chain) == 1 and root == "environ"):
+            if chain[:2] == ["os", "environ"]:
                 return  # setting a build variable (TORCH_CUDA_ARCH_LIST, MAX_JOBS) before load_inline
             self.flag(node, "introspection", f"writes into {dotted}[...]")
             return
         if isinstance(target, ast.Attribute) and target.attr in EXACTNESS_FLAGS and "backends" in chain:
             if isinstance(value, ast.Constant) and value.value is False:
                 return  # torch.backends.cuda.matmul.allow_tf32 = False: more exact, never faster
+            if chain == ["torch", "backends", "cudnn", "allow_tf32"] and isinstance(value, ast.Constant) and value.value is True:
+                return  # cuDNN's default in a solution's process: changes nothing
             self.flag(node, "introspection", f"turns on reduced precision ({dotted}): the outputs are judged against "
                                              "float32 math; set it to False or leave it alone")
             return
@@ -318,6 +338,21 @@ class _Scanner(ast.NodeVisitor):
                 and isinstance(value, ast.Constant) and isinstance(value.value, bool):
             return
         self.flag(node, "introspection", f"writes the attribute {dotted} of a module the harness relies on")
+
+    def _canonical(self, chain: list) -> list:
+        """The chain with an import alias at its head spelled out (cudnn.benchmark -> torch.backends.cudnn.benchmark)."""
+        return self.aliases[chain[0]] + chain[1:] if chain and chain[0] in self.aliases else chain
+
+    def visit_If(self, node):
+        test = node.test
+        if isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__" \
+                and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant) \
+                and test.comparators[0].value == "__main__":
+            was, self.in_main = self.in_main, True  # a self-test block: every other rule still applies in it
+            self.generic_visit(node)
+            self.in_main = was
+            return
+        self.generic_visit(node)
 
     def visit_Assign(self, node):
         for target in node.targets:

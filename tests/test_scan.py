@@ -94,6 +94,8 @@ FORBIDDEN = {
     "rewrite_class": ("class A: pass\na = A()\na.__class__ = int\n", "introspection", 3),
     "tf32_on": ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", "introspection", 2),
     "torch_compile": ("import torch\nf = torch.compile(lambda x: x)\n", "introspection", 2),
+    "matmul_precision_high": ("import torch\ntorch.set_float32_matmul_precision('high')\n", "introspection", 2),
+    "system_in_code": ('src = """\nvoid go() {\n    int r = std::system("ls");\n}\n"""\n', "sandbox-violation", 1),
     "cudnn_flag_variable": ("import torch\nflag = True\ntorch.backends.cudnn.benchmark = flag\n", "introspection", 3),
     "disable_modes": ("from torch.utils._python_dispatch import _disable_current_modes\n", "introspection", 1),
     "disable_dispatch": ("import torch\nwith torch._C._DisableTorchDispatch():\n    pass\n", "introspection", 2),
@@ -136,6 +138,7 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 torch.backends.cudnn.benchmark = True
 torch.backends.cudnn.deterministic = False
+torch.backends.cudnn.allow_tf32 = True  # cuDNN's default: changes nothing
 torch.set_float32_matmul_precision("highest")
 os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0")
 os.environ.setdefault("MAX_JOBS", "4")
@@ -145,9 +148,14 @@ _cuda_src = r"""
 // we never call PyEval_GetFrame or system() or std::thread here, and never open /proc/
 #include <torch/extension.h>
 /* a block comment naming dlopen and fork() */
-torch::Tensor f(torch::Tensor x) { return x; }
+torch::Tensor f(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda(), "no fallback on this system (sm_90 only)");
+    printf("threads: %d\\n", (int)std::thread::hardware_concurrency());
+    return x;
+}
 """
 _NAME = re_compile(r"[a-z]+")
+_HELP = "the fast path could not be built on this system (see the log)"
 
 
 class ModelNew(nn.Module):
@@ -161,8 +169,18 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         out.copy_(x)
         return out
+
+
+if __name__ == "__main__":  # a self-test block: never run when the harness imports the file
+    print(torch.compile(ModelNew())(torch.ones(2)))
 '''
     assert _violations(tmp_path, source) == []
+
+
+def test_aliased_modules_get_the_same_exemptions(tmp_path):
+    source = "import torch.backends.cudnn as cudnn\nfrom os import environ as ENV\ncudnn.benchmark = True\nENV['MAX_JOBS'] = '2'\n"
+    assert _violations(tmp_path, source) == []
+    assert _violations(tmp_path, "import torch.cuda as cu\ncu.synchronize = print\n")
 
 
 def test_device_code_beside_the_solution_is_scanned(tmp_path):
