@@ -155,6 +155,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         torch.backends.cudnn.allow_tf32 = False
     hook_calls = guard.seal_frame_hooks() if is_solution else []
     snapshot_changes = guard.ModuleSnapshot().changes
+    dispatch_changes = guard.DispatchTables(["aten::" + op for op in problem.core_aten_ops]).changes
     active_modes = guard.active_modes
     set_phase = (guard.install(guard_fd, [spec["path"]], spec["write_paths"], spec["trusted_dirs"])
                  if is_solution and spec.get("guard", True) else (lambda phase: None))
@@ -181,7 +182,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             return
         if hook_calls:
             raise Failure("introspection", f"after {phase}: called torch's {hook_calls[0]}, which is sealed in a solution's process")
-        changed = snapshot_changes()
+        changed = snapshot_changes() + dispatch_changes()
         if changed:
             raise Failure("tampering", f"after {phase}: {'; '.join(changed[:3])}")
         modes = active_modes()
@@ -234,6 +235,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             problem.apply_constants(shape, *extra)
             init = problem.module.get_init_inputs()
             if kind == "solution":
+                set_phase("load")  # constructing is importing's kin: ModelNew.__init__ may build its extension
                 model = guarded(state["module"].ModelNew)(*init)
             elif kind == "external":
                 fn = state["external"]
@@ -246,6 +248,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                 model = torch.compile(model, dynamic=False)
             state["models"][shape_name] = guarded(model) if is_solution else model
             verify("constructing the model")
+            set_phase("run")
         return state["models"][shape_name]
 
     def opened(descriptions):
@@ -260,10 +263,15 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         with torch.no_grad():
             if recorder is not None:
                 # Two records of the aten ops: the dispatch mode, and the profiler's C++ callbacks, which a
-                # solution that steps around Python dispatch modes cannot switch off from Python.
+                # solution that steps around Python dispatch modes cannot switch off from Python. The mode is on
+                # torch's mode stack, where the solution can reach it: its set is held here too, and read as
+                # the plain set it was (a subclass could answer `|` with nothing).
+                recorded = recorder.ops
                 with op_trace(activities=[ProfilerActivity.CPU]) as trace, recorder:
                     out = model(*inputs)
-                ops = recorder.ops | {e.name[len("aten::"):] for e in trace.events() if e.name.startswith("aten::")}
+                if recorder.ops is not recorded or type(recorded) is not set:
+                    raise Failure("tampering", "after the checked call: the op recorder's record was replaced")
+                ops = set.union(recorded, {e.name[len("aten::"):] for e in trace.events() if e.name.startswith("aten::")})
             else:
                 out = model(*inputs)
             after_call(out, slot)

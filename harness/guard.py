@@ -100,10 +100,14 @@ _CONSUMERS = (
     ("/torch/_library/utils.py", "get_source", None),       # "file:line" of a custom op's registration
     ("/torch/cuda/__init__.py", "_lazy_call", "/traceback.py"),  # a call queued before CUDA starts keeps its stack as text
     # traceback's formatters: text, never frames (walk_tb and walk_stack called directly still hand frames out)
-    *(("/traceback.py", name, "/traceback.py") for name in (
+    *(("/traceback.py", name, None) for name in (
         "print_exc", "format_exc", "print_exception", "format_exception", "print_tb", "format_tb", "extract_tb",
         "print_stack", "format_stack", "extract_stack", "print_last", "TracebackException.__init__")),
 )
+# What the consumers call with a frame in hand (module dicts and their classes' dicts, checked at each event).
+_CONSUMER_MODULES = ("logging", "inspect", "linecache", "tokenize", "traceback", "posixpath", "os", "typing",
+                     "typing_extensions", "enum", "collections", "subprocess", "io", "codecs", "functools",
+                     "torch.library", "torch._library.utils", "torch.cuda")
 # Library code that uses the frames it asks inspect for itself (names and lines for its own messages) rather than
 # hand them back, as a generic helper such as tree_map would: (path part, a path part that must stand between it
 # and the solution, or None). torch._jit_internal's resolution callbacks read any frame's locals for whoever
@@ -142,6 +146,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
     """
     import _imp
     import _thread
+    import builtins
     import gc
     import importlib._bootstrap as bootstrap
     import importlib._bootstrap_external as bootstrap_external
@@ -185,6 +190,24 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                                                              "compile", "exec", "os.kill", "os.killpg", "os.chdir"})
     install_thread = get_ident()
     state = {"phase": "load"}
+    # The dicts of the modules (and of their classes) whose code the consumers run with a frame in hand: a
+    # consumer is trusted only while they are as they were, checked at the event (a solution could swap
+    # logging._is_internal_frame or inspect.getframeinfo for the length of one call and be handed the frame).
+    # Module dicts: their functions, classes and modules (plain values such as torch.cuda._initialized change under
+    # honest use), and no builtin's name added; class dicts: everything.
+    watched_items, watched_maps, builtin_names = [], [], frozenset(vars(builtins))
+    for module_name in _CONSUMER_MODULES:
+        module = sys.modules.get(module_name)
+        mapping = getattr(module, "__dict__", None)
+        if type(mapping) is not dict:
+            continue
+        watched_maps.append((mapping, frozenset(mapping)))
+        for key, value in list(mapping.items()):
+            if callable(value) or isinstance(value, types.ModuleType):
+                watched_items.append((mapping, key, value))
+            if type(value) is type and value.__module__ == module_name:
+                for class_key, class_value in list(dict_of(value).items()):
+                    watched_items.append((dict_of(value), class_key, class_value))
     # Threads inside the hook's own frame reads (sys._getframe, frame.f_code): their nested events are the
     # hook's own. The window holds C calls only, with the cyclic GC off so that no finalizer (__del__) of the
     # solution runs inside it; signal handlers run in the main thread only (the child serves from another).
@@ -334,6 +357,17 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                 return suffix, via
         return None
 
+    def consumers_intact():
+        for mapping, key, value in watched_items:
+            if mapping.get(key, mapping) is not value:
+                return False
+        for mapping, keys in watched_maps:
+            if _len(mapping) != _len(keys):
+                for key in mapping:
+                    if key not in keys and key in builtin_names:
+                        return False
+        return True
+
     def consumer_before(chain, stop):
         """A consumer stands between the event (chain[0]) and `stop`, with only its own file's frames (or its
         `via` file's) below it."""
@@ -351,7 +385,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                 if not chain[j][1].endswith(below):
                     break
             else:
-                return True
+                return consumers_intact()
         return False
 
     def nearest_solution(chain):
@@ -869,6 +903,41 @@ def _torch_classes() -> list:
                 seen.add(id(base))
                 classes.append(base)
     return classes
+
+
+# The aten ops the child runs itself after solution code (the output's copy into the parent's slot, private copies,
+# freed-memory poison): a kernel of the solution registered for one of them would run outside the op recorders and
+# after the timer stopped, and could compute the answer there.
+_HARNESS_OPS = ("aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::empty.memory_format",
+                "aten::empty_like", "aten::empty_strided", "aten::fill_.Scalar", "aten::zero_", "aten::clone",
+                "aten::_to_copy", "aten::detach", "aten::alias")
+
+
+class DispatchTables:
+    """The dispatcher's kernel tables of the harness's own ops (and the problem's core ops), taken before the
+    solution is imported: changes() names those that gained or lost a kernel since (torch.library.Library("aten",
+    "IMPL").impl("copy_", ...), or the same through torch._C directly)."""
+
+    def __init__(self, extra_ops=()):
+        import torch
+
+        dump, names, error = torch._C._dispatch_dump, (*_HARNESS_OPS, *extra_ops), Exception  # bound now, as the hook's are
+
+        def tables():
+            found = {}
+            for name in names:
+                try:
+                    found[name] = dump(name)
+                except error:  # a name this torch does not know
+                    pass
+            return found
+
+        before = tables()
+
+        def changes() -> list:
+            return ["a kernel was registered for torch's own op " + name for name, text in tables().items() if text != before.get(name)]
+
+        self.changes = changes
 
 
 class ModuleSnapshot:

@@ -331,7 +331,7 @@ def _nested_codes(code):
             yield from _nested_codes(const)
 
 
-@pytest.mark.parametrize("function", [guard.install, guard._checker])
+@pytest.mark.parametrize("function", [guard.install, guard._checker, guard.DispatchTables.__init__])
 def test_closures_look_up_no_global_or_builtin(function):
     """A solution can rewrite any module dict (builtins included); the hook and the snapshot check must
     not look anything up there at run time."""

@@ -224,6 +224,16 @@ def test_eval_a_kernelbench_file_as_it_is(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_extension_built_in_init_passes(tmp_path):
+    """load_inline in ModelNew.__init__ (compilers started, frames read by filelock) is judged as the import is."""
+    out = _harness("eval", str(FILES[SUM].relative_to(REPO)), "--solution", str(SOLUTIONS / "sum_built_in_init.py"),
+                   "--results", str(tmp_path), *FAST)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (record,) = json.loads(out.stdout)
+    assert record["status"] == "ok", record["reason"]
+
+
+@pytest.mark.slow
 def test_partial_accepts_the_reference_op_and_marks_it(tmp_path):
     """custom: partial (a KernelBench file's default): a forward calling aten::sum passes and is marked."""
     out = _harness("eval", str(FILES[SUM].relative_to(REPO)), "--solution", str(SOLUTIONS / "sum_reference_op.py"),
