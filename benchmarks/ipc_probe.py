@@ -25,12 +25,15 @@ import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import torch
 from harness.channel import open_shared
+torch.cuda.init()  # the harness's child has a CUDA context before it maps anything
 for line in sys.stdin:
-    meta = json.loads(line)
-    t = open_shared(meta)
-    value = float(t.reshape(-1)[0].item())
-    del t
-    sys.stdout.write(json.dumps({"ok": value}) + "\n")
+    try:
+        t = open_shared(json.loads(line))
+        reply = {"ok": float(t.reshape(-1)[0].item())}
+        del t
+    except Exception as error:
+        reply = {"error": f"{type(error).__name__}: {error}"}
+    sys.stdout.write(json.dumps(reply) + "\n")
     sys.stdout.flush()
 """
 
@@ -55,8 +58,12 @@ def main() -> int:
             t0 = time.perf_counter()
             child.stdin.write(json.dumps(describe_shared(buffer)) + "\n")
             child.stdin.flush()
-            json.loads(child.stdout.readline())
+            line = child.stdout.readline()
+            reply = json.loads(line) if line else {"error": f"the child died (exit status {child.wait()})"}
             times.append((time.perf_counter() - t0) * 1e3)
+            if "error" in reply:
+                print(f"{size} MB: the child could not map the buffer: {reply['error']}")
+                return 1
         before = (torch.cuda.memory_allocated() >> 20, torch.cuda.memory_reserved() >> 20)
         del buffer
         torch.cuda.empty_cache()
