@@ -18,13 +18,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 CHILD = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import torch
-from harness.channel import open_shared
+from lab import open_shared
 torch.cuda.init()  # the harness's child has a CUDA context before it maps anything
 for line in sys.stdin:
     try:
@@ -41,14 +41,14 @@ for line in sys.stdin:
 def main() -> int:
     import torch
 
-    from harness.channel import describe_shared
+    from lab import describe_shared
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[64, 512, 6144])
     parser.add_argument("--requests", type=int, default=20)
     args = parser.parse_args()
-    repo = str(Path(__file__).resolve().parents[1])
-    child = subprocess.Popen([sys.executable, "-c", CHILD, repo], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    here = str(Path(__file__).resolve().parent)  # the child imports lab from here
+    child = subprocess.Popen([sys.executable, "-c", CHILD, here], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__}")
     for size in args.sizes_mb:
         buffer = torch.ones(size * (1 << 20) // 4, device="cuda")

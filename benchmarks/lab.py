@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.build import prepare_build_env  # noqa: E402
+from harness.channel import describe_shared, open_shared  # noqa: E402,F401
 from harness.correctness import check_output, inputs_unchanged, native_reference, reference_output, self_check  # noqa: E402,F401
 from harness.problem import ProblemError, available_problems, discover_solutions, find_problem, load_module  # noqa: E402
 from harness.runner import Config  # noqa: E402
