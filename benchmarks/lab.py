@@ -177,7 +177,7 @@ def harness_timing(fn, sets: list, dev: torch.device, budget_s: float = HARNESS.
     """fn timed by the harness's loops as `make eval` runs them: warm-up, batches over `sets` until the standard
     error is under 1% (or the budget is spent); issue_ms from a back-to-back burst, device_ms with the host
     queueing ahead (None where it never got ahead, or on the CPU), probe_us of one tiny operation."""
-    warm_up, timed_batch, burst, queued, issue_probe, _after, seal, _sync, _guarded = make_timer(dev)
+    warm_up, timed_batch, burst, queued, issue_probe, _after, seal, _sync, _guarded = make_timer(dev, lambda: None)
     with torch.no_grad():
         first = fn(*sets[0])
         slots = [torch.empty_like(first) for _ in sets]

@@ -52,6 +52,12 @@ FLOOR_FLOPS = "flops at the measured bf16 matrix rate"
 # A solution's own kernels must take at least this share of its GPU time at every timing shape (the shipped
 # ones take over 90%): one trivial kernel beside the library's own op is not a custom kernel.
 OWN_SHARE = 0.5
+# A timed request's marks: the child sends one as its timed calls begin and one once the device is done, and
+# the parent's clock between the two is its own measure of the batch (opening the sets, the child's checkpoint
+# and the reply are outside it; no solution code runs there).
+MAX_MARKS = 2
+# Batches with a trivial call in place of the solution's, for the parent's yardstick.
+NULL_BATCHES = 3
 
 
 @dataclasses.dataclass
@@ -174,9 +180,11 @@ class Worker:
         dirs |= {p for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
         return sorted(dirs | {str(REPO_ROOT / "harness"), str(Path(torch.__file__).parent)})
 
-    def request(self, msg, timeout: float, phase: str, reply_type=None):
+    def request(self, msg, timeout: float, phase: str, reply_type=None, marks: list | None = None):
         """Send one request (a messages.Request) and wait for its reply: a failure reply raises Failure with
-        the child's rule; otherwise the reply is read as `reply_type` (the raw mapping when None)."""
+        the child's rule; otherwise the reply is read as `reply_type` (the raw mapping when None).
+        A timed request passes `marks`: the parent's clock at each mark the child sends before its reply
+        (as its timed calls begin and end) is appended there; a mark on any other request is a bad reply."""
         try:
             self.send(msg.wire() if isinstance(msg, messages.Request) else msg)
         except (BrokenPipeError, OSError):
@@ -185,6 +193,9 @@ class Worker:
         while True:
             try:
                 reply = self.recv(timeout=0.5)
+                if reply.get("status") == "mark" and marks is not None and len(marks) < MAX_MARKS:
+                    marks.append(time.perf_counter())
+                    continue
                 break
             except TimeoutError:
                 if self.process.poll() is not None:
@@ -291,6 +302,13 @@ def spawn(spec: dict, config: Config, env: dict | None = None, nice: int = 0) ->
     return worker
 
 
+def marked_wall(marks: list, phase: str) -> float:
+    """Seconds on the parent's clock between a timed request's two marks."""
+    if len(marks) != MAX_MARKS:
+        raise Failure("bad-reply", f"while {phase}: the reply came with {len(marks)} mark(s), not {MAX_MARKS}")
+    return marks[1] - marks[0]
+
+
 class SharedPool:
     """The parent's buffers for one shape: input sets and output slots, allocated once and refilled in
     place for every batch (the child maps each once), on the device or in shared files on the CPU."""
@@ -303,8 +321,9 @@ class SharedPool:
             return torch.empty(tuple(shape), dtype=dtype, device=self.device)
         return shared_cpu_tensor(self.directory, secrets.token_hex(16), shape, dtype)
 
-    def share(self, inputs: list) -> tuple:
-        """(buffers holding `inputs`, their descriptions)."""
+    def share(self, inputs: list) -> list:
+        """Buffers holding `inputs`. Described (describe()) only when sent: torch frees the memory behind a
+        CUDA description only once the child has opened and released it, so one never sent pins it."""
         buffers = []
         for x in inputs:
             if isinstance(x, torch.Tensor):
@@ -313,7 +332,7 @@ class SharedPool:
                 buffers.append(buffer)
             else:
                 buffers.append(x)
-        return buffers, describe(buffers)
+        return buffers
 
     @staticmethod
     def refill(buffers: list, inputs: list):
@@ -511,7 +530,8 @@ class Run:
                 worst = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
                 for seed, probe_from, label in plan:
                     pool = SharedPool(self.device, directory)
-                    inputs, described = pool.share(self._draw(problem, shape, seed, probe_from))
+                    inputs = pool.share(self._draw(problem, shape, seed, probe_from))
+                    described = describe(inputs)
                     slot = poison(pool.tensor(out_shape, out_dtype))
                     self._sync()
                     reply = worker.request(messages.Call(shape.name, described, describe_shared(slot)), self.config.call_timeout_s,
@@ -573,6 +593,7 @@ class Run:
             raise ShapeFailure(failure.rule, failure.reason) from None
         finally:
             if self.device.type == "cuda":
+                torch.cuda.ipc_collect()  # shares the child has released, out of torch's limbo
                 torch.cuda.empty_cache()
 
     def _time_calls(self, problem: Problem, worker: Worker, shape, target: Target, process: int, label: str) -> tuple:
@@ -590,7 +611,7 @@ class Run:
 
         try:
             first = [self._draw(problem, shape, seed_of(0, i)) for i in range(count)]
-            buffers = [pool.share(inputs)[0] for inputs in first]
+            buffers = [pool.share(inputs) for inputs in first]
             slots = [poison(pool.tensor(out_shape, out_dtype)) for _ in range(count)]
             del first
 
@@ -607,11 +628,11 @@ class Run:
                     poison(slot)
                 message = messages.Time(shape.name, sets_described(), [describe_shared(s) for s in slots], **extra)
                 self._sync()
-                t0 = time.perf_counter()  # the parent's clock: the request, the child's whole batch, the reply
-                reply = worker.request(message, timeout, f"timing {label}", messages.TimeReply)
+                marks = []  # the parent's clock as the child's timed calls begin and once the device is done
+                reply = worker.request(message, timeout, f"timing {label}", messages.TimeReply, marks)
                 if len(reply.times_ms) != count or any(t < 0 for t in reply.times_ms):
                     raise Failure("bad-reply", f"while timing {label}: the reply's times are not {count} non-negative numbers")
-                return [float(t) for t in reply.times_ms], time.perf_counter() - t0
+                return [float(t) for t in reply.times_ms], marked_wall(marks, f"timing {label}")
 
             samples, walls, kept, start, batch = [], [], [], time.perf_counter(), 0
             stats = None
@@ -637,11 +658,11 @@ class Run:
             batch_check = None
             if is_cuda:
                 if walls:
-                    null = [batch_request(batch + 1 + k, {"null": True})[1] for k in range(2)]
+                    null = [batch_request(batch + 1 + k, {"null": True})[1] for k in range(NULL_BATCHES)]
                     parent = {"wall_ms_per_call": statistics.median(walls) * 1e3 / count,
-                              "null_ms_per_call": min(null) * 1e3 / count, "batches": len(walls)}
+                              "null_ms_per_call": statistics.median(null) * 1e3 / count, "batches": len(walls), "calls": count}
                 batch_check = self._escape_check(worker, shape, sets_described, stats.median_ms, label, timeout,
-                                                 lambda: batch_request(batch + 3, {})[0])
+                                                 lambda: batch_request(batch + 1 + NULL_BATCHES, {})[0])
                 if is_host_bound(stats.median_ms, batch_check):
                     device_ms = self._device_time(problem, shape, worker, sets_described, slots, buffers, seed_of, batch + 10,
                                                   batch_check["launch_ms_per_call"], label, timeout)
@@ -675,10 +696,10 @@ class Run:
         best, retimed, done = None, None, 0
         while done < 6:
             self._sync()
-            t0 = time.perf_counter()
+            marks = []
             reply = worker.request(messages.Burst(shape.name, sets_described(), calls), timeout, f"the escape check of {label}",
-                                   messages.BurstReply)
-            wall_ms = (time.perf_counter() - t0) * 1e3
+                                   messages.BurstReply, marks)
+            wall_ms = marked_wall(marks, f"the escape check of {label}") * 1e3
             done += 1
             batch = {"calls": calls, "launch_ms_per_call": float(reply.launch_ms_per_call),
                      "wall_ms_per_call": max(float(reply.wall_ms_per_call), 0.0), "parent_wall_ms": wall_ms}
@@ -718,7 +739,8 @@ class Run:
     def _profile(self, problem: Problem, worker: Worker, record: Record, shape):
         """Which kernels the call launched at this timing shape: none of its own is not a custom kernel."""
         pool = SharedPool(self.device, None)
-        inputs, described = pool.share(self._draw(problem, shape, derive_seed(self.seed, problem.name, shape.name, "profile")))
+        inputs = pool.share(self._draw(problem, shape, derive_seed(self.seed, problem.name, shape.name, "profile")))
+        described = describe(inputs)
         self._sync()
         reply = worker.request(messages.Profile(shape.name, described), self.config.call_timeout_s, f"profiling {shape.name}",
                                messages.ProfileReply)
@@ -818,7 +840,7 @@ class Run:
                                              f"{floor * 1e6:.2f} us ({which}, with {PHYSICS_MARGIN}x margin)")
         if parent.get("wall_ms_per_call") is not None:
             seen = parent["wall_ms_per_call"] - parent["null_ms_per_call"]
-            if seen > parent_clock_bound(median_ms):
+            if seen > parent_clock_bound(median_ms, parent.get("calls", 1)):
                 raise Failure("escaped-timing", f"{label}: the parent's clock saw {seen * 1e3:.1f} us per call beyond a trivial call "
                                                 f"over {parent['batches']} timed batches, the events {median_ms * 1e3:.1f} us: the timing "
                                                 "was not what the calls took")
