@@ -629,18 +629,21 @@ class Run:
                 message = messages.Time(shape.name, sets_described(), [describe_shared(s) for s in slots], **extra)
                 self._sync()
                 marks = []  # the parent's clock as the child's timed calls begin and once the device is done
+                t0 = time.perf_counter()
                 reply = worker.request(message, timeout, f"timing {label}", messages.TimeReply, marks)
+                whole = time.perf_counter() - t0  # the whole request, for the record: the marks come from the child
                 if len(reply.times_ms) != count or any(t < 0 for t in reply.times_ms):
                     raise Failure("bad-reply", f"while timing {label}: the reply's times are not {count} non-negative numbers")
-                return [float(t) for t in reply.times_ms], marked_wall(marks, f"timing {label}")
+                return [float(t) for t in reply.times_ms], marked_wall(marks, f"timing {label}"), whole
 
-            samples, walls, kept, start, batch = [], [], [], time.perf_counter(), 0
+            samples, walls, wholes, kept, start, batch = [], [], [], [], time.perf_counter(), 0
             stats = None
             while True:
-                times, wall = batch_request(batch, {"warmup_s": 0.1} if batch == 0 else {})
+                times, wall, whole = batch_request(batch, {"warmup_s": 0.1} if batch == 0 else {})
                 samples += times
                 if batch:
                     walls.append(wall)
+                    wholes.append(whole)
                 stats = TimingStats.from_samples(samples, "cuda-events" if is_cuda else "wall-clock")
                 enough = len(samples) >= config.min_reps and (stats.se_pct < 1.0 or len(samples) >= 2000)
                 stats.budget_hit = not enough and time.perf_counter() - start > config.budget_s and len(samples) >= config.min_reps
@@ -658,9 +661,11 @@ class Run:
             batch_check = None
             if is_cuda:
                 if walls:
-                    null = [batch_request(batch + 1 + k, {"null": True})[1] for k in range(NULL_BATCHES)]
-                    parent = {"wall_ms_per_call": statistics.median(walls) * 1e3 / count,
-                              "null_ms_per_call": statistics.median(null) * 1e3 / count, "batches": len(walls), "calls": count}
+                    null = [batch_request(batch + 1 + k, {"null": True}) for k in range(NULL_BATCHES)]
+                    per_call = lambda seconds: statistics.median(seconds) * 1e3 / count  # noqa: E731
+                    parent = {"wall_ms_per_call": per_call(walls), "null_ms_per_call": per_call([n[1] for n in null]),
+                              "request_ms_per_call": per_call(wholes), "null_request_ms_per_call": per_call([n[2] for n in null]),
+                              "batches": len(walls), "calls": count}
                 batch_check = self._escape_check(worker, shape, sets_described, stats.median_ms, label, timeout,
                                                  lambda: batch_request(batch + 1 + NULL_BATCHES, {})[0])
                 if is_host_bound(stats.median_ms, batch_check):
@@ -789,7 +794,8 @@ class Run:
                  "bytes": nbytes, "flops": flops, "GBps": nbytes / seconds / 1e9 if seconds > 0 else math.inf,
                  "TFLOPs": flops / seconds / 1e12 if seconds > 0 else math.inf, "batch": batch}
         if parent.get("wall_ms_per_call") is not None:
-            entry["parent_clock"] = {k: parent[k] for k in ("wall_ms_per_call", "null_ms_per_call", "batches")}
+            entry["parent_clock"] = {k: parent[k] for k in ("wall_ms_per_call", "null_ms_per_call", "request_ms_per_call",
+                                                            "null_request_ms_per_call", "batches", "calls")}
         if len(medians) > 1:
             entry.update(median_of="processes", processes=len(medians), process_medians_ms=list(medians))
         if self.copy_bw:

@@ -44,7 +44,8 @@ def _reply(median_ms, launch_ms=None, wall_ms=None, device_ms=None, retimed_ms=N
     batch = {"calls": 20, "launch_ms_per_call": launch_ms, "wall_ms_per_call": wall, "parent_wall_ms": 20 * wall, "batches": 2}
     if retimed_ms is not None:
         batch.update(retimed_median_ms=retimed_ms, batches=6)
-    parent = {"wall_ms_per_call": 0.07 + (median_ms if parent_ms is None else parent_ms), "null_ms_per_call": 0.07, "batches": 5,
+    parent = {"wall_ms_per_call": 0.07 + (median_ms if parent_ms is None else parent_ms), "null_ms_per_call": 0.07,
+              "request_ms_per_call": 3.0, "null_request_ms_per_call": 2.9, "batches": 5, "calls": 4,
               "device_ms": device_ms, "host_probe_us": 3.0}
     return stats, batch, parent
 
