@@ -649,7 +649,7 @@ class Run:
                 stats.budget_hit = not enough and time.perf_counter() - start > config.budget_s and len(samples) >= config.min_reps
                 if enough or stats.budget_hit:
                     break
-                kept += self._sample(problem, shape, batch, buffers, slots, seed_of, len(samples))
+                self._sample(kept, batch, buffers, slots, seed_of, len(samples))
                 batch += 1
             # The whole last batch, and the secret sample of earlier calls: the parent's choice alone.
             for i, slot in enumerate(slots):
@@ -681,15 +681,21 @@ class Run:
             del pool
             self._remove(directory)
 
-    def _sample(self, problem, shape, batch: int, buffers, slots, seed_of, seen: int) -> list:
-        """Reservoir-sample this batch's calls (the parent's secret, the child never learns which): a
-        kept call's output and inputs are copied out of the pool before the next batch reuses it."""
-        chosen = []
+    def _sample(self, kept: list, batch: int, buffers, slots, seed_of, seen: int) -> None:
+        """Reservoir sampling over every timed call so far (the parent's secret, the child never learns
+        which): `kept` holds at most config.keep calls, each call equally likely. A kept call's output and
+        inputs are copied out of the pool before the next batch reuses it; at most `keep` copies exist at once
+        (a 6 GB shape's copies are 12 GB each)."""
+        first = seen - len(slots)  # timed calls before this batch's
         for i in range(len(slots)):
-            if self.sampler.random() < self.config.keep / max(1, seen):
-                inputs = [b.clone() if isinstance(b, torch.Tensor) else b for b in buffers[i]]
-                chosen.append((seed_of(batch, i), slots[i].clone(), inputs))
-        return chosen[-self.config.keep:] if chosen else []
+            place = len(kept) if len(kept) < self.config.keep else self.sampler.randrange(first + i + 1)
+            if place >= self.config.keep:
+                continue
+            call = (seed_of(batch, i), slots[i].clone(), [b.clone() if isinstance(b, torch.Tensor) else b for b in buffers[i]])
+            if place == len(kept):
+                kept.append(call)
+            else:
+                kept[place] = call
 
     def _escape_check(self, worker: Worker, shape, sets_described, median_ms: float, label: str, timeout: float, retime) -> dict:
         """Back-to-back calls ending in a device-wide synchronise, timed by the child and, around the
