@@ -698,8 +698,8 @@ class Run:
                 kept[place] = call
 
     def _escape_check(self, worker: Worker, shape, sets_described, median_ms: float, label: str, timeout: float, retime) -> dict:
-        """Back-to-back calls ending in a device-wide synchronise, timed by the child and, around the
-        whole request, by the parent: work that escaped the events makes the batch slow every time.
+        """Back-to-back calls ending in a device-wide synchronise, timed by the child and, between the
+        child's marks, by the parent: work that escaped the events makes the batch slow every time.
         A slow moment is measured again (up to 6 batches, the fastest kept); contention that outlasts the
         batches slows the calls too, so once two batches have failed the median is taken again (fresh
         inputs) and the bound follows the higher of the two."""
