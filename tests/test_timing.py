@@ -154,3 +154,32 @@ def test_the_secret_sample_is_a_reservoir_of_at_most_keep_calls():
             counts[seed] += 1
     expected = rounds * keep / len(counts)
     assert all(0.7 * expected < c < 1.3 * expected for c in counts), counts
+
+
+def _worker_replying(*replies):
+    """A Worker whose child answers with `replies`, in order (nothing runs)."""
+    import types
+
+    from harness.runner import Worker
+
+    worker = object.__new__(Worker)
+    queue = list(replies)
+    worker.send, worker.recv = (lambda message: None), (lambda timeout=None: queue.pop(0))
+    worker.process, worker.spec, worker.strays = types.SimpleNamespace(poll=lambda: None), {"kind": "solution"}, list
+    return worker
+
+
+def test_the_parent_reads_its_clock_at_each_mark_of_a_timed_request_only():
+    from harness.runner import Failure, marked_wall
+
+    marks = []
+    reply = _worker_replying({"status": "mark"}, {"status": "mark"}, {"status": "ok"}).request({"cmd": "time"}, 5, "timing", None, marks)
+    assert reply["status"] == "ok" and len(marks) == 2 and marked_wall(marks, "timing") >= 0
+    for replies, marks in (([{"status": "mark"}, {"status": "ok"}], None),  # a request that asked for none
+                           ([{"status": "mark"}] * 3 + [{"status": "ok"}], [])):  # more than a batch has
+        with pytest.raises(Failure) as caught:
+            _worker_replying(*replies).request({"cmd": "time"}, 5, "timing", None, marks)
+        assert caught.value.rule == "bad-reply"
+    with pytest.raises(Failure) as caught:
+        marked_wall([1.0], "timing")  # a reply that came with one mark
+    assert caught.value.rule == "bad-reply"
