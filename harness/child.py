@@ -117,8 +117,10 @@ def _serve_thread(cmd_fd: int, reply_fd: int, handoff) -> None:
     send, recv = open_channel(cmd_fd, reply_fd, bytes.fromhex(spec.pop("key")))
     try:
         serve(spec, send, recv, guard_fd, sandbox_status)
-    except Exception as error:  # noqa: BLE001 - a failure to start is a verdict with a reason
-        rule, reason = classify(error, "starting")
+    except BaseException as error:  # noqa: BLE001 - a failure outside a request is a verdict with a reason too
+        # (SystemExit and the like included: otherwise the child would exit 0 with no word on why)
+        traceback.print_exc()
+        rule, reason = classify(error, "starting or between requests")
         try:
             send({"status": "fail", "rule": rule, "reason": reason})
         except Exception:  # noqa: BLE001
