@@ -644,6 +644,8 @@ class Run:
                 if batch:
                     walls.append(wall)
                     wholes.append(whole)
+                else:  # the budget is for timed batches: not the warm-up, nor the compile a first call may do
+                    start = time.perf_counter()
                 stats = TimingStats.from_samples(samples, "cuda-events" if is_cuda else "wall-clock")
                 enough = len(samples) >= config.min_reps and (stats.se_pct < 1.0 or len(samples) >= 2000)
                 stats.budget_hit = not enough and time.perf_counter() - start > config.budget_s and len(samples) >= config.min_reps
