@@ -153,6 +153,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     marked = lambda: send({"status": "mark"})  # noqa: E731 - the parent reads its own clock as each mark arrives
     warm_up, timed_batch, burst_calls, queued_calls, issue_probe, after_call, seal, sync, guarded = timing.make_timer(device, marked)
     wire = messages.wire  # bound now: the replies never pass through a lookup the solution could redirect
+    type_, str_ = type, str  # for sorting out the op names before the checkpoint, where a lookup could be redirected
     is_solution = kind == "solution"
     if not is_solution:  # a baseline at fp32 computes in fp32: cuDNN's default TF32 convolutions miss fp32 tolerances
         torch.backends.cudnn.allow_tf32 = False
@@ -177,7 +178,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         return found
 
     handlers_before = handlers_now()
-    state = {"module": None, "models": {}, "external": None}
+    state = {"module": None, "models": {}, "external": None, "unfreeze": False}
 
     def verify(phase: str):
         """The checkpoint after every phase that ran solution code."""
@@ -195,6 +196,23 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             raise Failure("tampering", f"after {phase}: a signal handler or interval timer was installed")
         if thread_count() > threads_before:
             raise Failure("background-thread", f"after {phase}: {thread_count() - threads_before} thread(s) still running")
+
+    gc_module = __import__("gc")
+    gc_collect, gc_disable, gc_freeze, gc_unfreeze = gc_module.collect, gc_module.disable, gc_module.freeze, gc_module.unfreeze
+    gc_disable()  # collections happen in release() alone: a finalizer is solution code, and must run where that may
+
+    def release():
+        """The end of a request's solution code: its garbage is collected now, so that its finalizers (solution
+        code) run before the checkpoint, never between the checkpoint and the reply; the collector stays off
+        after (the solution may have switched it on). What survives is frozen, so the next collection looks at
+        the new objects alone (a full one over a heap holding torch takes ~100 ms); after a shape's models were
+        dropped, the whole heap is collected once."""
+        if state["unfreeze"]:
+            gc_unfreeze()
+            state["unfreeze"] = False
+        gc_collect()
+        gc_freeze()
+        gc_disable()
 
     def load(_msg):
         versions = {}
@@ -218,9 +236,11 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                 raise Failure("missing-ModelNew", "defines no class ModelNew" + (f" (nn.Module classes found: {', '.join(names)})" if names else ""))
             state["module"] = module
             after = build.built_libraries(Path(spec["extension_dir"]))
+            release()
             verify("loading")
             set_phase("run")
-            return messages.LoadReply(load_s, bool(after) and after != before, sandbox_status, cpus)
+            built = bool(after) and after != before
+            return lambda: messages.LoadReply(load_s, built, sandbox_status, cpus)
         if kind == "external":
             functions = load_module(problem.directory / "externals.py", f"externals_{problem.name}")
             for package in spec["requires"]:
@@ -228,10 +248,11 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                     raise Failure("unavailable", f"{package} is not importable here")
                 versions.update(installed_versions(package))
             state["external"] = getattr(functions, spec["function"])
-        return messages.LoadReply(0.0, False, sandbox_status, cpus, versions, requirement_versions(versions))
+        return lambda: messages.LoadReply(0.0, False, sandbox_status, cpus, versions, requirement_versions(versions))
 
     def model_for(shape_name: str):
         if shape_name not in state["models"]:
+            state["unfreeze"] = bool(state["models"])  # the dropped models may sit in cycles: a full collection next
             state["models"].clear()
             shape = problem.shape(shape_name)
             extra = [state["module"]] if state["module"] is not None else []
@@ -280,12 +301,11 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             after_call(out, slot)
         sync()
         sizes = [out.untyped_storage().nbytes()] if isinstance(out, torch.Tensor) else []
-        del out, inputs
-        verify("the checked call")
-        seal()
-        del slot
-        poison_freed(sizes if device.type == "cuda" else [])
-        return messages.CallReply(sorted(ops))
+        ops = [op for op in ops if type_(op) is str_]  # plain strings alone: nothing of the solution's outlives the request
+        del out, inputs, recorder, slot
+        if is_solution:
+            del trace, recorded
+        return lambda: (poison_freed(sizes if device.type == "cuda" else []), messages.CallReply(sorted(ops)))[1]
 
     empty = torch.empty
 
@@ -302,20 +322,16 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             if msg.get("warmup_s"):
                 warm_up(model, sets[0], msg["warmup_s"])
             times = timed_batch(model, sets, slots)
-        del sets
-        verify("timing")
-        seal()
-        del slots
-        return messages.TimeReply(times)
+        del sets, slots, model
+        return lambda: messages.TimeReply(times)
 
     def burst(msg):
         model = model_for(msg["shape"])
         sets = [opened(s) for s in msg["sets"]]
         with torch.no_grad():
             result = burst_calls(model, sets, int(msg["calls"]))
-        verify("the escape check")
-        del sets
-        return messages.BurstReply(**result)
+        del sets, model
+        return lambda: messages.BurstReply(**result)
 
     def queued(msg):
         model = model_for(msg["shape"])
@@ -323,23 +339,20 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         slots = [open_shared(s) for s in msg["slots"]]
         with torch.no_grad():
             device_ms = queued_calls(model, sets, slots, float(msg["host_ms_per_call"]))
-        del sets
-        verify("the device-time batch")
-        seal()
-        del slots
-        return messages.QueuedReply(device_ms)
+        del sets, slots, model
+        return lambda: messages.QueuedReply(device_ms)
 
     def profile(msg):
         model = model_for(msg["shape"])
         inputs = opened(msg["inputs"])
         with torch.no_grad():
             result = profiling.profile_kernels(model, inputs)
-        verify("profiling")
-        del inputs
-        return messages.ProfileReply(**result)
+        del inputs, model
+        return lambda: messages.ProfileReply(**result)
 
     def probe(_msg):
-        return messages.ProbeReply(issue_probe())
+        probe_us = issue_probe()
+        return lambda: messages.ProbeReply(probe_us)
 
     handlers = {"load": ("loading", load), "call": ("running a correctness trial", call), "time": ("timing", time_batch),
                 "burst": ("the escape check", burst), "queued": ("timing queued calls", queued),
@@ -351,7 +364,16 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             return
         phase, handler = handlers[command]
         try:
-            result = handler(msg)
+            # The handler runs the solution's code and hands back how to make the reply. Then the solution's last
+            # code (its garbage's finalizers), the checkpoint, the outputs sealed into their slots, and only then
+            # the reply: a patch the solution left to forge it, even one that undoes itself once used, is still
+            # in place at the checkpoint, and nothing of the solution runs between the checkpoint and the send.
+            make_reply = handler(msg)
+            release()
+            verify(phase)
+            seal()
+            payload = {"status": "ok", **wire(make_reply())}
+            del make_reply
         except BaseException as error:  # noqa: BLE001 - every failure becomes a one-line reason
             rule, reason = classify(error, phase)
             send({"status": "fail", "rule": rule, "reason": reason})
@@ -360,7 +382,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             if is_solution or command == "load" or rule == "cuda-error":
                 return
             continue
-        send({"status": "ok", **wire(result)})
+        send(payload)
 
 
 if __name__ == "__main__":
