@@ -130,32 +130,6 @@ def test_the_parent_clock_bound_is_tight():
     assert 0.0152 > timing.parent_clock_bound(0.0152 / 2, calls)
 
 
-def test_the_secret_sample_is_a_reservoir_of_at_most_keep_calls():
-    """Which timed calls the parent verifies: each call equally likely, never more than `keep` copies
-    held (a 6 GB shape's copies are 12 GB each; a sample that grew with the batches ran the H200 out)."""
-    import random
-    import types
-
-    import torch
-
-    from harness.runner import Config, Run
-
-    batches, per_batch, keep, rounds = 12, 4, 2, 3000
-    counts = [0] * (batches * per_batch)
-    buffers = [[torch.zeros(1)] for _ in range(per_batch)]
-    slots = [torch.zeros(1) for _ in range(per_batch)]
-    run = types.SimpleNamespace(config=Config(keep=keep), sampler=random.Random(7))
-    for _ in range(rounds):
-        kept = []
-        for batch in range(batches):
-            Run._sample(run, kept, batch, buffers, slots, lambda b, i: b * per_batch + i, (batch + 1) * per_batch)
-            assert len(kept) <= keep
-        for seed, _slot, _inputs in kept:
-            counts[seed] += 1
-    expected = rounds * keep / len(counts)
-    assert all(0.7 * expected < c < 1.3 * expected for c in counts), counts
-
-
 def _worker_replying(*replies):
     """A Worker whose child answers with `replies`, in order (nothing runs)."""
     import types
