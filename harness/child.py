@@ -153,7 +153,10 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     marked = lambda: send({"status": "mark"})  # noqa: E731 - the parent reads its own clock as each mark arrives
     warm_up, timed_batch, burst_calls, queued_calls, issue_probe, after_call, seal, sync, guarded = timing.make_timer(device, marked)
     wire = messages.wire  # bound now: the replies never pass through a lookup the solution could redirect
-    type_, str_ = type, str  # for sorting out the op names before the checkpoint, where a lookup could be redirected
+    # Bound now, for what the child reads after the solution's code and before the checkpoint (where a lookup
+    # could be redirected for one use): the op names' type, an output's storage size.
+    type_, str_, tensor_type = type, str, torch.Tensor
+    storage_of, storage_bytes = torch._C.TensorBase.untyped_storage, torch._C.StorageBase.nbytes
     is_solution = kind == "solution"
     if not is_solution:  # a baseline at fp32 computes in fp32: cuDNN's default TF32 convolutions miss fp32 tolerances
         torch.backends.cudnn.allow_tf32 = False
@@ -163,8 +166,10 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     active_modes = guard.active_modes
     set_phase = (guard.install(guard_fd, [spec["path"]], spec["write_paths"], spec["trusted_dirs"])
                  if is_solution and spec.get("guard", True) else (lambda phase: None))
-    thread_count = __import__("threading").active_count
-    threads_before = thread_count()
+    # Threads by both counts: threading's, and _thread's, which also sees threads started by _thread directly.
+    active_count, raw_count = __import__("threading").active_count, getattr(__import__("_thread"), "_count", lambda: 0)
+    thread_count = lambda: max(active_count() - threads_before[0], raw_count() - threads_before[1])  # noqa: E731
+    threads_before = (active_count(), raw_count())
     signals = __import__("_signal")
     getsignal, getitimer = signals.getsignal, signals.getitimer
 
@@ -178,7 +183,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         return found
 
     handlers_before = handlers_now()
-    state = {"module": None, "models": {}, "external": None, "unfreeze": False}
+    state = {"module": None, "models": {}, "external": None, "unfreeze": False, "sealed": None}
 
     def verify(phase: str):
         """The checkpoint after every phase that ran solution code."""
@@ -194,8 +199,8 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             raise Failure("tampering", f"after {phase}: torch mode(s) left active: {', '.join(modes[:3])}")
         if handlers_now() != handlers_before or any(getitimer(which) != (0.0, 0.0) for which in (0, 1, 2)):
             raise Failure("tampering", f"after {phase}: a signal handler or interval timer was installed")
-        if thread_count() > threads_before:
-            raise Failure("background-thread", f"after {phase}: {thread_count() - threads_before} thread(s) still running")
+        if thread_count() > 0:
+            raise Failure("background-thread", f"after {phase}: {thread_count()} thread(s) still running")
 
     gc_module = __import__("gc")
     gc_collect, gc_disable, gc_freeze, gc_unfreeze = gc_module.collect, gc_module.disable, gc_module.freeze, gc_module.unfreeze
@@ -207,6 +212,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         after (the solution may have switched it on). What survives is frozen, so the next collection looks at
         the new objects alone (a full one over a heap holding torch takes ~100 ms); after a shape's models were
         dropped, the whole heap is collected once."""
+        state["sealed"] = None  # the last request's slots: their weakref callbacks (solution code) may run here
         if state["unfreeze"]:
             gc_unfreeze()
             state["unfreeze"] = False
@@ -300,7 +306,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                 out = model(*inputs)
             after_call(out, slot)
         sync()
-        sizes = [out.untyped_storage().nbytes()] if isinstance(out, torch.Tensor) else []
+        sizes = [storage_bytes(storage_of(out))] if type_(out) is tensor_type else []
         ops = [op for op in ops if type_(op) is str_]  # plain strings alone: nothing of the solution's outlives the request
         del out, inputs, recorder, slot
         if is_solution:
@@ -371,7 +377,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             make_reply = handler(msg)
             release()
             verify(phase)
-            seal()
+            state["sealed"] = seal()
             payload = {"status": "ok", **wire(make_reply())}
             del make_reply
         except BaseException as error:  # noqa: BLE001 - every failure becomes a one-line reason

@@ -990,7 +990,17 @@ def _checker(entries, containers, sys_modules, is_):
     lazy_keys, lazy_adds = _LAZY_KEYS, _LAZY_ADDS
     missing = object()
 
+    def strange_key(mapping) -> bool:
+        """A key that is not a plain string, found by iterating alone: looking up any key in a dict that holds
+        one would call its __eq__ (a key with a string's hash sits in that string's probe sequence)."""
+        for key in _list(mapping):
+            if _type(key) is not _str:
+                return True
+        return False
+
     def diff(label, name, mapping, keys, values):
+        if strange_key(mapping):
+            return [f"a key that is not a string was added to {label}"]
         found, old = [], _dict(_zip(keys, values))
         for key, value in _zip(keys, values):
             now = mapping.get(key, missing)
@@ -998,9 +1008,6 @@ def _checker(entries, containers, sys_modules, is_):
                 continue
             found.append(f"{label}.{key} was " + ("removed" if now is missing else "replaced"))
         for key in _list(mapping):
-            if _type(key) is not _str:
-                found.append(f"a key that is not a string was added to {label}")
-                continue
             if key in old or key in lazy_keys:
                 continue
             value = mapping.get(key, missing)
@@ -1012,6 +1019,8 @@ def _checker(entries, containers, sys_modules, is_):
         return found
 
     def changes():
+        if strange_key(sys_modules):
+            return ["a key that is not a string was added to sys.modules"]
         found = []
         for label, name, owner, mapping, keys, values in entries:
             if name is not None and sys_modules.get(name, missing) is not owner:

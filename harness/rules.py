@@ -23,7 +23,7 @@ RULES = (
     Rule(("bad-output",), "not a plain tensor of the right shape, dtype and device", True),
     Rule(("wrong-output", "uninitialised-output"), "outside tolerance; or holding the poison pattern of freed memory", False),
     Rule(("input-mutated",), "an input differs after the call from what the checker drew", False),
-    Rule(("timed-output-wrong",), "the output of a timed call (a secret sample and the whole last batch) is wrong, for a "
+    Rule(("timed-output-wrong",), "the output of a timed call (a secret quarter of every batch, the whole last batch) is wrong, for a "
                                   "solution and a baseline alike", False),
     Rule(("impossible-time",), "faster than the bytes allow (reads at the measured read ceiling, writes at what a copy "
                                "costs, 5% margin) or the flops at the measured bf16 matrix rate", False),

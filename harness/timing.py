@@ -76,6 +76,11 @@ def make_timer(device: torch.device, mark) -> tuple:
     gc_disable, gc_enable, gc_isenabled = gc_module.disable, gc_module.enable, gc_module.isenabled
     fill, copy, empty = torch._C.TensorBase.fill_, torch._C.TensorBase.copy_, torch.empty
     tensor_type, tf_depth, td_depth = torch.Tensor, torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack
+    # A tensor's shape, dtype, device, strides and size read through torch._C.TensorBase (an immutable type), never
+    # through torch.Tensor's dict: a property the solution put there for one read would run inside the harness.
+    base = torch._C.TensorBase.__dict__
+    shape_of, dtype_of, device_of = base["shape"].__get__, base["dtype"].__get__, base["device"].__get__
+    stride_of, numel_of = base["stride"], base["numel"]
     no_tf, no_td = torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch
     median, fmean = statistics.median, statistics.fmean
     # torch's frame-evaluation hooks (PEP 523, for torch.compile): a hook that forward leaves installed
@@ -128,29 +133,33 @@ def make_timer(device: torch.device, mark) -> tuple:
             return
         if type_(out) is not tensor_type:
             raise Failure("bad-output", f"returned {type_(out).__module__}.{type_(out).__qualname__}, not a plain torch.Tensor")
-        if out.shape != slot.shape or out.dtype != slot.dtype or out.device.type != slot.device.type:
-            raise Failure("bad-output", f"returned shape {tuple(out.shape)} {str_(out.dtype).removeprefix('torch.')} on "
-                                              f"{out.device.type}, expected {tuple(slot.shape)} {str_(slot.dtype).removeprefix('torch.')} "
-                                              f"on {slot.device.type}")
-        if out.numel() and 0 in out.stride():
+        if shape_of(out) != shape_of(slot) or dtype_of(out) is not dtype_of(slot) or device_of(out).type != device_of(slot).type:
+            raise Failure("bad-output", f"returned shape {tuple(shape_of(out))} {str_(dtype_of(out)).removeprefix('torch.')} on "
+                                              f"{device_of(out).type}, expected {tuple(shape_of(slot))} "
+                                              f"{str_(dtype_of(slot)).removeprefix('torch.')} on {device_of(slot).type}")
+        if numel_of(out) and 0 in stride_of(out):
             raise Failure("bad-output", "output is a broadcast view (a stride is 0), not a materialised result")
         with no_tf(), no_td():
             if is_cuda:  # in stream order, right after the call: work that ends later is not in the slot
                 copy(slot, out)
             else:  # a private copy now; the shared file (which native code could find) is written by seal()
-                private = empty(slot.shape, dtype=slot.dtype)
+                private = empty(shape_of(slot), dtype=dtype_of(slot))
                 copy(private, out)
                 pending.append((slot, private))
 
     pending = []
 
-    def seal():
+    def seal() -> list:
         """Write the private copies into the parent's slots, after the last solution code of the request
-        ran (finalizers included) and before the reply: nothing of the solution runs between the two."""
+        ran (finalizers included) and before the reply: nothing of the solution runs between the two. Returns
+        the (slot, copy) pairs, for the caller to hold until solution code may run again: dropping the last
+        reference to a slot would run a weakref callback the solution hung on it."""
         with no_tf(), no_td():
             for slot, private in pending:
                 copy(slot, private)
+        sealed = pending[:]
         pending.clear()
+        return sealed
 
     def warm_up(fn, inputs, seconds: float, min_calls: int = 3):
         """Untimed calls in the timed pattern (flush, call) for at least `seconds` and `min_calls` calls."""
