@@ -155,7 +155,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     wire = messages.wire  # bound now: the replies never pass through a lookup the solution could redirect
     # Bound now, for what the child reads after the solution's code and before the checkpoint (where a lookup
     # could be redirected for one use): the op names' type, an output's storage size.
-    type_, str_, tensor_type = type, str, torch.Tensor
+    type_, str_, set_, tensor_type = type, str, set, torch.Tensor
     storage_of, storage_bytes = torch._C.TensorBase.untyped_storage, torch._C.StorageBase.nbytes
     is_solution = kind == "solution"
     if not is_solution:  # a baseline at fp32 computes in fp32: cuDNN's default TF32 convolutions miss fp32 tolerances
@@ -183,7 +183,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         return found
 
     handlers_before = handlers_now()
-    state = {"module": None, "models": {}, "external": None, "unfreeze": False, "sealed": None}
+    state = {"module": None, "models": {}, "external": None, "unfreeze": False, "sealed": None, "held": None}
 
     def verify(phase: str):
         """The checkpoint after every phase that ran solution code."""
@@ -212,7 +212,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         after (the solution may have switched it on). What survives is frozen, so the next collection looks at
         the new objects alone (a full one over a heap holding torch takes ~100 ms); after a shape's models were
         dropped, the whole heap is collected once."""
-        state["sealed"] = None  # the last request's slots: their weakref callbacks (solution code) may run here
+        state["sealed"] = state["held"] = None  # the last request's slots and records: callbacks hung on them run here
         if state["unfreeze"]:
             gc_unfreeze()
             state["unfreeze"] = False
@@ -289,7 +289,6 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         model = model_for(msg["shape"])
         inputs, slot = opened(msg["inputs"]), open_shared(msg["slot"])
         recorder = AtenOpRecorder() if is_solution else None
-        ops = set()
         with torch.no_grad():
             if recorder is not None:
                 # Two records of the aten ops: the dispatch mode, and the profiler's C++ callbacks, which a
@@ -299,19 +298,27 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                 recorded = recorder.ops
                 with op_trace(activities=[ProfilerActivity.CPU]) as trace, recorder:
                     out = model(*inputs)
-                if recorder.ops is not recorded or type(recorded) is not set:
-                    raise Failure("tampering", "after the checked call: the op recorder's record was replaced")
-                ops = set.union(recorded, {e.name[len("aten::"):] for e in trace.events() if e.name.startswith("aten::")})
             else:
                 out = model(*inputs)
             after_call(out, slot)
         sync()
         sizes = [storage_bytes(storage_of(out))] if type_(out) is tensor_type else []
-        ops = [op for op in ops if type_(op) is str_]  # plain strings alone: nothing of the solution's outlives the request
-        del out, inputs, recorder, slot
-        if is_solution:
-            del trace, recorded
-        return lambda: (poison_freed(sizes if device.type == "cuda" else []), messages.CallReply(sorted(ops)))[1]
+        del out, inputs, slot
+        if recorder is None:
+            return lambda: (poison_freed(sizes if device.type == "cuda" else []), messages.CallReply([]))[1]
+        # Both records are read after the checkpoint (a class patched to hide an op for one read is still in place
+        # there) and held until the next request's release (a finalizer hung on them runs there, not after the send).
+        state["held"] = (recorder, recorded, trace)
+
+        def reply():
+            if recorder.ops is not recorded or type_(recorded) is not set_:
+                raise Failure("tampering", "after the checked call: the op recorder's record was replaced")
+            traced = {e.name[len("aten::"):] for e in trace.events() if e.name.startswith("aten::")}
+            plain = {op for op in recorded if type_(op) is str_}  # iterated, never compared: nothing of the solution's runs
+            ops = sorted(plain | traced)
+            poison_freed(sizes if device.type == "cuda" else [])
+            return messages.CallReply(ops)
+        return reply
 
     empty = torch.empty
 
