@@ -157,6 +157,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     # could be redirected for one use): the op names' type, an output's storage size.
     type_, str_, set_, tensor_type = type, str, set, torch.Tensor
     storage_of, storage_bytes = torch._C.TensorBase.untyped_storage, torch._C.StorageBase.nbytes
+    profiler_result = torch._C._autograd._ProfilerResult  # what the op trace's results must be
     is_solution = kind == "solution"
     if not is_solution:  # a baseline at fp32 computes in fp32: cuDNN's default TF32 convolutions miss fp32 tolerances
         torch.backends.cudnn.allow_tf32 = False
@@ -313,6 +314,8 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         def reply():
             if recorder.ops is not recorded or type_(recorded) is not set_:
                 raise Failure("tampering", "after the checked call: the op recorder's record was replaced")
+            if type_(getattr(trace.profiler, "kineto_results", None)) is not profiler_result:
+                raise Failure("tampering", "after the checked call: the profiler's results are not torch's own")
             traced = {e.name[len("aten::"):] for e in trace.events() if e.name.startswith("aten::")}
             plain = {op for op in recorded if type_(op) is str_}  # iterated, never compared: nothing of the solution's runs
             ops = sorted(plain | traced)

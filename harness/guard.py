@@ -896,6 +896,11 @@ def _torch_classes() -> list:
                 value = getattr(value, part, None)
             if isinstance(value, type):
                 found.append(value)
+        # The profiler's C++ classes (pybind types, whose dicts can be written): its raw results are parsed into
+        # events only when first read, through their methods, after the checkpoint.
+        for namespace in ("_autograd", "_profiler"):
+            module = getattr(torch._C, namespace, None)
+            found += [value for value in vars(module).values() if isinstance(value, type)] if module is not None else []
     classes, seen = [], set()
     for cls in found:
         for base in type.__dict__["__mro__"].__get__(cls):
