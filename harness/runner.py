@@ -651,16 +651,16 @@ class Run:
                 stats = TimingStats.from_samples(samples, "cuda-events" if is_cuda else "wall-clock")
                 enough = len(samples) >= config.min_reps and (stats.se_pct < 1.0 or len(samples) >= 2000)
                 stats.budget_hit = not enough and time.perf_counter() - start > config.budget_s and len(samples) >= config.min_reps
-                if enough or stats.budget_hit:
-                    break
-                # A secret share of this batch's calls, verified before the next batch refills their sets: a
-                # solution that can tell which batch is the last (it can steer when timing stops) gains nothing.
+                last = enough or stats.budget_hit
+                # The whole last batch, and a secret share of every other, verified before the next batch refills
+                # their sets: a solution that can tell which batch is the last (it can steer when timing stops)
+                # gains nothing.
                 for i, slot in enumerate(slots):
-                    if self.sampler.random() < VERIFIED_SHARE:
+                    if last or self.sampler.random() < VERIFIED_SHARE:
                         self._verify(problem, shape, seed_of(batch, i), slot, buffers[i], label, "a timed call")
+                if last:
+                    break
                 batch += 1
-            for i, slot in enumerate(slots):  # the whole last batch
-                self._verify(problem, shape, seed_of(batch, i), slot, buffers[i], label, "a timed call")
             parent = {}
             batch_check = None
             if is_cuda:
