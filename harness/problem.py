@@ -547,6 +547,16 @@ def find_problem(name: str, root: Path = PROBLEMS_DIR) -> Problem:
     return load_problem(root / name)
 
 
+def private_files(solution: Path) -> list:
+    """The private files (`_name`) a solution may read: those beside it, and, for a solution in
+    solutions/<problem>/, those at the root of solutions/ (device code that solutions of several problems
+    share). The sandbox lets the child read these, the scan reads the ones the source names, and the code
+    hash covers them: a header's change is a change of every solution that uses it."""
+    folder = Path(solution).resolve().parent
+    folders = [folder] + ([folder.parent] if folder.parent == SOLUTIONS_DIR.resolve() else [])
+    return sorted(p for f in folders for p in f.glob("_*") if p.is_file())
+
+
 def discover_solutions(problem_name: str, root: Path = SOLUTIONS_DIR) -> list:
     """Every solutions/<problem>/*.py that is not private (_name.py)."""
     folder = root / problem_name

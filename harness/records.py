@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .problem import REPO_ROOT
+from .problem import REPO_ROOT, private_files
 
 RESULTS_DIR = REPO_ROOT / "results"
 # CPU runs (no GPU: nothing timed there is a figure anyone should read) write here unless told otherwise.
@@ -171,8 +171,14 @@ def file_sha256(path: Path) -> str:
 
 
 def code_hash(path: Path) -> str:
-    """sha256 of a solution's code (`code_text`): a comment-only edit keeps it."""
-    return hashlib.sha256(code_text(Path(path).read_text(encoding="utf-8", errors="replace")).encode()).hexdigest()
+    """sha256 of a solution's code (`code_text`), and of each shared private file its source names (a
+    header's bytes): a comment-only edit of the solution keeps it, any edit of what it includes does not."""
+    source = Path(path).read_text(encoding="utf-8", errors="replace")
+    digest = hashlib.sha256(code_text(source).encode())
+    for shared in private_files(path):
+        if shared.name in source:
+            digest.update(b"\0" + shared.name.encode() + b"\0" + shared.read_bytes())
+    return digest.hexdigest()
 
 
 def harness_source_hash() -> str:

@@ -36,7 +36,7 @@ from . import build, messages, sandbox
 from .channel import ChannelError, describe_shared, new_key, open_channel, send_plain, shared_cpu_tensor
 from .correctness import check_output, inputs_unchanged, native_reference, reference_output, self_check
 from .guard import GUARD_EXIT
-from .problem import REPO_ROOT, Problem, ProblemError
+from .problem import REPO_ROOT, Problem, ProblemError, private_files
 from .records import Record, append_record, code_hash, environment, file_sha256
 from .rules import CHILD_MAY_REPORT, GUARD, WORKER_LOST, Failure
 from .scan import needs_cuda, scan_source, scan_violations
@@ -162,8 +162,8 @@ class Worker:
     def _read_paths(self) -> list:
         solution = Path(self.spec["path"]) if self.spec.get("path") else None
         extra = [REPO_ROOT / "harness"]
-        if solution is not None:  # the private files beside it (shared device code, _*.cuh), not its folder
-            extra += [p for p in solution.parent.glob("_*") if p.is_file()]
+        if solution is not None:  # shared device code (_*.cuh), not the other solutions beside it
+            extra += private_files(solution)
         return sandbox.child_read_paths(solution, Path(self.spec["problem_dir"]), extra)
 
     def _write_paths(self) -> list:

@@ -12,6 +12,8 @@ import re
 import tokenize
 from pathlib import Path
 
+from .problem import private_files
+
 PATTERNS = [
     (r"torch\.cuda\.Stream|cudaStreamCreate|torch\.cuda\.stream\(|ExternalStream|getStreamFromPool", "uses its own CUDA stream"),
     (r"\bthreading\b|concurrent\.futures|multiprocessing|\bThread\(", "starts threads or processes"),
@@ -180,10 +182,11 @@ def _root(node):
 
 
 class _Scanner(ast.NodeVisitor):
-    def __init__(self, docstrings: set, folder: Path | None):
+    def __init__(self, docstrings: set, folder: Path | None, private=()):
         self.found = []
         self.docstrings = docstrings
         self.folder = folder
+        self.private = {p.name: p for p in private}  # shared device code the solution may read, by name
         self.protected = set()   # names bound to protected modules or to things imported from them
         self.bound = set()       # names the module binds itself (a local `compile` is not the builtin)
         self.aliases = {}        # import aliases: cudnn -> torch.backends.cudnn, ENV -> os.environ
@@ -262,12 +265,24 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, "introspection", "names /proc or /dev/mem")
         self._check_native(node, value, "")
         if self.folder is not None and value.endswith(NATIVE_SUFFIXES) and "\n" not in value and len(value) < 200:
-            beside = self.folder / value
-            try:
-                if beside.is_file() and beside.resolve().parent == self.folder.resolve():
-                    self._check_native(node, beside.read_text(errors="replace"), f" in {value}")
-            except OSError:
-                pass
+            for named in self._named_files(value):
+                try:
+                    self._check_native(node, named.read_text(errors="replace"), f" in {value}")
+                except OSError:
+                    pass
+
+    def _named_files(self, value: str) -> set:
+        """The device-code files a string names: one beside the solution, or a shared private file."""
+        found = set()
+        beside = self.folder / value
+        try:
+            if beside.is_file() and beside.resolve().parent == self.folder.resolve():
+                found.add(beside.resolve())
+        except OSError:
+            pass
+        if Path(value).name in self.private:
+            found.add(self.private[Path(value).name])
+        return found
 
     def _check_native(self, node, text, where):
         code = _strip_c_comments(text)
@@ -399,7 +414,7 @@ def scan_violations(path) -> list:
         tree = ast.parse(text)
     except (OSError, SyntaxError, ValueError):
         return []  # unreadable or not Python: the import reports it
-    scanner = _Scanner(_docstring_ids(tree), path.parent)
+    scanner = _Scanner(_docstring_ids(tree), path.parent, private_files(path))
     # Bindings first (a later `import torch as t` still protects t where it was used before), then the checks.
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

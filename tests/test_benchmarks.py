@@ -50,6 +50,8 @@ def test_extract_src_writes_the_shipped_device_code(tmp_path):
     text = out.read_text()
     assert "ce_v3_pieces_kernel" in text and "namespace ce_v3" in text
     assert "torch/extension.h" not in text
+    # The shared PTX helpers the solution reads by path come first, as in its build.
+    assert text.startswith((BENCH.parent / "solutions" / "_ptx.cuh").read_text())
 
     # Several strings, concatenated in the order named.
     two = tmp_path / "two.py"

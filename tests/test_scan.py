@@ -190,6 +190,38 @@ def test_device_code_beside_the_solution_is_scanned(tmp_path):
     assert found and "in kernel.cuh" in found[0][1] and found[0][0] == "introspection"
 
 
+def test_shared_device_code_at_the_solutions_root_is_the_solutions_own(tmp_path, monkeypatch):
+    """A `_*.cuh` at the root of solutions/ is private code every problem's solutions may read: the sandbox
+    lets them (private_files), and a solution naming it answers for it in the scan and in its code hash."""
+    from harness import problem
+    from harness.records import code_hash
+
+    monkeypatch.setattr(problem, "SOLUTIONS_DIR", tmp_path / "solutions")
+    folder = tmp_path / "solutions" / "softmax"
+    folder.mkdir(parents=True)
+    shared, beside = tmp_path / "solutions" / "_ptx.cuh", folder / "_rows.cuh"
+    shared.write_text("__device__ float ex2(float x) { return x; }\n")
+    beside.write_text("// rows\n")
+    source = 'from pathlib import Path\nsrc = (Path(__file__).resolve().parents[1] / "_ptx.cuh").read_text()\n'
+    solution = folder / "mine.py"
+    solution.write_text(source)
+    assert problem.private_files(solution) == sorted([shared.resolve(), beside.resolve()])
+    elsewhere = tmp_path / "candidates" / "softmax" / "mine.py"  # not under solutions/: only what lies beside it
+    elsewhere.parent.mkdir(parents=True)
+    elsewhere.write_text(source)
+    (tmp_path / "candidates" / "_secret.cuh").write_text("")
+    assert problem.private_files(elsewhere) == []
+
+    assert scan_violations(solution) == []
+    before = code_hash(solution)
+    solution.write_text("# a comment\n" + source)
+    assert code_hash(solution) == before
+    shared.write_text('void f() { PyObject* g = PyImport_ImportModule("gc"); }\n')
+    assert code_hash(solution) != before
+    found = scan_violations(solution)
+    assert found and "in _ptx.cuh" in found[0][1] and found[0][0] == "introspection"
+
+
 def test_exploits_of_the_adversarial_suite_are_violations():
     for name in ("e08_patch_elapsed_time_softmax.py", "e08_patch_perf_counter_softmax.py", "e11_frame_snoop_softmax.py",
                  "e11_gc_snoop_softmax.py", "e12_stack_sniff_softmax.py", "e08_patch_harness_softmax.py"):

@@ -92,11 +92,11 @@ __global__ void __launch_bounds__(512, 1) tma_read_kernel(const char* __restrict
     auto src = [&](int64_t k) { return x + (GS ? gw + k * all : gw * per + k) * (int64_t)chunk; };
     int64_t issued = 0;
     if (lane == 0) {
-        for (int st = 0; st < stages; ++st) ce_v3::mbar_init(bar0 + 8u * st, 1);
+        for (int st = 0; st < stages; ++st) mbar_init(bar0 + 8u * st, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         for (; issued < stages && issued < n_mine; ++issued) {
             const int sl = (int)(issued % stages);
-            ce_v3::mbar_arrive_expect_tx(bar0 + 8u * sl, chunk);
+            mbar_arrive_expect_tx(bar0 + 8u * sl, chunk);
             ce_v3::bulk_g2s(ring_s + sl * chunk, src(issued), chunk, bar0 + 8u * sl);
         }
     }
@@ -105,14 +105,14 @@ __global__ void __launch_bounds__(512, 1) tma_read_kernel(const char* __restrict
     for (int64_t k = 0; k < n_mine; ++k) {
         const int sl = (int)(k % stages);
         const uint32_t par = (uint32_t)((k / stages) & 1);
-        while (!ce_v3::mbar_try(bar0 + 8u * sl, par)) {}
+        while (!mbar_try(bar0 + 8u * sl, par)) {}
         const float4* v = reinterpret_cast<const float4*>(my + sl * chunk);
         for (uint32_t i = lane; i < chunk / 16; i += 32) { const float4 f = v[i]; acc += (f.x + f.y) + (f.z + f.w); }
         __syncwarp();
         if (lane == 0 && issued < n_mine) {
             const int s2 = (int)(issued % stages);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            ce_v3::mbar_arrive_expect_tx(bar0 + 8u * s2, chunk);
+            mbar_arrive_expect_tx(bar0 + 8u * s2, chunk);
             ce_v3::bulk_g2s(ring_s + s2 * chunk, src(issued), chunk, bar0 + 8u * s2);
             ++issued;
         }

@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const __grid_constant__ 
                                                         const __grid_constant__ CUtensorMap tmB, float* out) {
     extern __shared__ unsigned char smem_raw[];
     __shared__ alignas(8) unsigned long long s_full[S], s_empty[S];
-    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sbase = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t split_buf = sbase + (uint32_t)(S * STAGE);
     const int t = threadIdx.x;
     int m, nt;
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(128, 1) stream_kernel(const __grid_constant__ 
         const int p = blockIdx.x / 2;
         m = p % 2, nt = (p / 2) * 2 + (int)rank;
     }
-    const uint32_t full0 = smem_u32(&s_full[0]), empty0 = smem_u32(&s_empty[0]);
+    const uint32_t full0 = smem_addr(&s_full[0]), empty0 = smem_addr(&s_empty[0]);
     if (t == 0) {
         for (int s = 0; s < S; ++s) {
             mbar_init(full0 + 8u * s, 1u);

@@ -21,7 +21,7 @@ __global__ void rate_kernel(float* out, unsigned long long* clk) {
         reinterpret_cast<uint32_t*>(tile)[i] = __float_as_uint(1.0f + 1e-3f * (i & 63)) & 0xffffe000u;
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
-    const uint64_t dh = sw128_desc(smem_u32(tile)), dl = dh + (uint64_t)((BN * 128) >> 4);
+    const uint64_t dh = sw128_desc(smem_addr(tile)), dl = dh + (uint64_t)((BN * 128) >> 4);
     const uint32_t a = __float_as_uint(1.0f + 1e-3f * (threadIdx.x & 31)) & 0xffffe000u;
     float acc[NACC];
 #pragma unroll

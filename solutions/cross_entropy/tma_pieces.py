@@ -28,16 +28,21 @@
 - Limits (checked): row bytes < 2^31, M * (P + 1) CTAs < 2^31. Calls that run concurrently on different streams
   of one device are not supported (they would share the slots).
 """
+from pathlib import Path
+
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
+
+# PTX helpers shared with other problems' solutions (mbarriers, exp2, clocks): put before _kernel_src.
+_ptx_src = (Path(__file__).resolve().parents[1] / "_ptx.cuh").read_text()
 
 _cpp_src = r"""
 #include <torch/extension.h>
 torch::Tensor cross_entropy_tma_pieces(torch::Tensor logits, torch::Tensor targets);
 """
 
-# Device code only (no torch headers), so it can also be compiled alone with nvcc for -Xptxas -v.
+# Device code only (no torch headers; it follows _ptx_src), so it can also be compiled alone with nvcc.
 _kernel_src = r"""
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -51,40 +56,14 @@ constexpr int kStepVec = 32 * kU;           // vectors per warp per step (2 KB)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned long long kWaitLimitNs = 2000000000ull;  // a correct wait is microseconds
 
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-// ---------------------------------------------------------------- mbarrier / bulk copy
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    return done != 0;
-}
-__device__ __forceinline__ unsigned long long gtimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+// ex2, smem_addr, global_ns and the mbarrier calls are solutions/_ptx.cuh's.
+// ---------------------------------------------------------------- bounded mbarrier wait / bulk copy
 // false only if the phase did not complete within kWaitLimitNs (a bug): the caller turns that into NaN.
 __device__ __forceinline__ bool mbar_wait_slow(uint32_t bar, uint32_t parity) {
-    const unsigned long long t0 = gtimer();
+    const unsigned long long t0 = global_ns();
     while (true) {
         if (mbar_try(bar, parity)) return true;
-        if (gtimer() - t0 > kWaitLimitNs) return false;
+        if (global_ns() - t0 > kWaitLimitNs) return false;
     }
 }
 __device__ __forceinline__ bool mbar_wait(uint32_t bar, uint32_t parity) {
@@ -320,8 +299,8 @@ __device__ __forceinline__ void take_row(uint64_t* __restrict__ part, uint32_t* 
             v[u] = i + u >= P ? kNoPiece : get_b64(at + u);
         unsigned long long t0 = 0;
         while (xb == kEmpty || empty64(v[0]) || empty64(v[1]) || empty64(v[2]) || empty64(v[3])) {
-            if (t0 == 0) t0 = gtimer();
-            const bool lost = gtimer() - t0 > kWaitLimitNs;
+            if (t0 == 0) t0 = global_ns();
+            const bool lost = global_ns() - t0 > kWaitLimitNs;
             if (!lost) __nanosleep(kPollSleepNs);
 #pragma unroll
             for (int u = 0; u < 4; ++u)
@@ -382,8 +361,8 @@ __device__ __noinline__ void end_cta(uint64_t* __restrict__ part, uint32_t* __re
 #pragma unroll
                 for (int u = 0; u < kB; ++u) pending |= i0 + u * nt < nother && b[u] == kEmpty;
                 if (!pending) break;
-                if (t0 == 0) t0 = gtimer();
-                const bool lost = gtimer() - t0 > kWaitLimitNs;
+                if (t0 == 0) t0 = global_ns();
+                const bool lost = global_ns() - t0 > kWaitLimitNs;
                 if (!lost) __nanosleep(kPollSleepNs);
 #pragma unroll
                 for (int u = 0; u < kB; ++u)
@@ -651,7 +630,7 @@ torch::Tensor cross_entropy_tma_pieces(torch::Tensor logits, torch::Tensor targe
 _ext = load_inline(
     name="cross_entropy_tma_pieces",
     cpp_sources=_cpp_src,
-    cuda_sources=_kernel_src + _host_src,
+    cuda_sources=_ptx_src + _kernel_src + _host_src,
     functions=["cross_entropy_tma_pieces"],
     extra_cuda_cflags=["-O3"],
     verbose=False,

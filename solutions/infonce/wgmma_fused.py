@@ -27,6 +27,8 @@ Design:
 The workspace and its ticket are persistent per device: do not run this op concurrently on two streams of one
 device.  Built for sm_90a only (wgmma, TMA, clusters): it runs on H100/H200-class GPUs and nowhere else.
 """
+from pathlib import Path
+
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -36,7 +38,10 @@ TEMPERATURE = 0.1  # overridden per shape (same name as the reference module con
 _cpp_src = ("torch::Tensor infonce_wgmma_fused(torch::Tensor query, torch::Tensor positive, torch::Tensor negatives, "
             "double temperature);")
 
-# Device code and the plain-C++ plan/launch (no torch headers), shared with the standalone bench.
+# PTX helpers shared with other problems' solutions (mbarriers, exp2): put before _kernel_src.
+_ptx_src = (Path(__file__).resolve().parents[1] / "_ptx.cuh").read_text()
+
+# Device code and the plain-C++ plan/launch (no torch headers; it follows _ptx_src), shared with the standalone bench.
 _kernel_src = r"""
 // ============================================================================================================
 // InfoNCE device code and its plain-C++ plan/launch (no torch headers: benchmarks/standalone/infonce_bench.cu
@@ -54,8 +59,6 @@ _kernel_src = r"""
 #include <algorithm>
 
 namespace wgmma_fused {
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // ------------------------------------------------------------------------------------------------------------
 // mma.sync path: inputs that 16-byte loads cannot read (D % 4 != 0 or a base not 16-byte aligned).
@@ -151,7 +154,7 @@ infonce_fused_kernel(const float* __restrict__ q, const float* __restrict__ p, c
                 const int grow = isA ? row0 + r : col0 + (r - BM);
                 const float* base = isA ? q : neg;
                 const bool ok = grow < (isA ? B : N) && gk < D;
-                cp_async4(smem_u32(st + r * BK + ((((k >> 2) ^ (r & 7)) << 2) | (k & 3))),
+                cp_async4(smem_addr(st + r * BK + ((((k >> 2) ^ (r & 7)) << 2) | (k & 3))),
                           ok ? base + (size_t)grow * D + gk : base, ok);
             }
             if (++ld_stage == STAGES) ld_stage = 0;
@@ -214,7 +217,7 @@ infonce_fused_kernel(const float* __restrict__ q, const float* __restrict__ p, c
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         load_stage(it + STAGES - 1);
-        const uint32_t st = smem_u32(smem + rd_stage * STAGE);
+        const uint32_t st = smem_addr(smem + rd_stage * STAGE);
         if (++rd_stage == STAGES) rd_stage = 0;
         const bool tile_done = ++rd_kt == KT;
 #pragma unroll
@@ -485,19 +488,7 @@ __device__ __forceinline__ void prefetch_l2_if(const void* p, bool on) {
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p prefetch.global.L2 [%0];\n}\n" ::"l"(p), "r"((int)on));
 }
 
-// mbarrier and TMA (tensor) copies.
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    return done != 0;
-}
+// mbarrier and TMA (tensor) copies (mbar_init, mbar_arrive_expect_tx and mbar_try are solutions/_ptx.cuh's).
 // The same wait with acquire at cluster scope: for an mbarrier that a peer CTA's st.async stores complete on.
 __device__ __forceinline__ bool mbar_try_cluster(uint32_t bar, uint32_t parity) {
     uint32_t done;
@@ -829,12 +820,6 @@ __device__ __forceinline__ void cosines_after_loop(const WgParams& P, int row0, 
 
 // 2^x by the MUFU alone (exp2f adds a rescale for results below 2^-126): the same 2-ulp approximation, subnormal
 // results flushed to zero, which in a sum of terms 2^(v - max) with one term equal to 1 changes nothing; 2^-inf = 0.
-__device__ __forceinline__ float ex2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // fold_row's slow case: x[i] (column colb + 8 (i >> 1) + (i & 1)) times f, or -inf past column N.
 __device__ __noinline__ void mask_row(float* x, int nv, int colb, int N, float f) {
     for (int i = 0; i < nv; ++i) x[i] = colb + 8 * (i >> 1) + (i & 1) < N ? f * x[i] : -INFINITY;
@@ -872,12 +857,12 @@ __device__ __forceinline__ void fold_row(const WgParams& P, const float (&xin)[B
     tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
     tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
     const float m_new = fmaxf(run_m, tmax * s2);
-    // Branch-free: with no valid column yet, m_new = -inf, every term is ex2_ftz(-inf) = 0 and the state stays
+    // Branch-free: with no valid column yet, m_new = -inf, every term is ex2(-inf) = 0 and the state stays
     // (-inf, 0).
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    float sa[4] = {run_s * ex2_ftz(run_m - m_use), 0.f, 0.f, 0.f};
+    float sa[4] = {run_s * ex2(run_m - m_use), 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int i = 0; i < NV; ++i) sa[i & 3] += ex2_ftz(fmaf(x[i], s2, -m_use));
+    for (int i = 0; i < NV; ++i) sa[i & 3] += ex2(fmaf(x[i], s2, -m_use));
     run_s = (sa[0] + sa[1]) + (sa[2] + sa[3]);
     run_m = m_new;
 }
@@ -961,9 +946,9 @@ __device__ __forceinline__ void finish_cta(const WgParams& P, const float (&run_
             for (int u = 0; u < kMergeChunk; ++u) mq[u & 3] = fmaxf(mq[u & 3], v[u].x);  // an empty partial: (-inf, 0)
             const float mr = fmaxf(fmaxf(mq[0], mq[1]), fmaxf(mq[2], mq[3]));
             const float mu = mr == -INFINITY ? 0.f : mr;
-            float sq[4] = {sum * ex2_ftz(m - mu), 0.f, 0.f, 0.f};
+            float sq[4] = {sum * ex2(m - mu), 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int u = 0; u < kMergeChunk; ++u) sq[u & 3] = fmaf(v[u].y, ex2_ftz(v[u].x - mu), sq[u & 3]);
+            for (int u = 0; u < kMergeChunk; ++u) sq[u & 3] = fmaf(v[u].y, ex2(v[u].x - mu), sq[u & 3]);
             sum = (sq[0] + sq[1]) + (sq[2] + sq[3]);
             m = mr;
         }
@@ -1040,7 +1025,7 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ int s_flag;
     __shared__ alignas(8) unsigned long long s_full[PD];  // one mbarrier per raw stage
 
-    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
+    const uint32_t sbase = (smem_addr(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
     const int B = P.B, D = P.D, S = P.S;
@@ -1065,7 +1050,7 @@ __global__ void __launch_bounds__(256, 1)
     // Copy cursor: thread 0 fills raw stage `stage` with the cursor's k-tile (and every thread advances the cursor).
     int ld_kt = 0, ld_tile = t_begin;
     const uint32_t raw0 = sbase + (uint32_t)(PD * SLOT);  // raw stage s at raw0 + s * (RAW_A + RAW_B)
-    const uint32_t full0 = smem_u32(&s_full[0]);
+    const uint32_t full0 = smem_addr(&s_full[0]);
     auto tma_issue = [&](int stage) {
         const uint32_t dst = raw0 + (uint32_t)(stage * (RAW_A + RAW_B)), bar = full0 + 8u * (uint32_t)stage;
         if (tid == 0) {
@@ -1193,7 +1178,7 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ alignas(8) unsigned long long s_xfull[2];  // the peer's sums for warpgroup w have landed
     __shared__ alignas(8) unsigned long long s_cfull;     // the staged positive rows have landed
 
-    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
+    const uint32_t sbase = (smem_addr(smem_raw) + 1023u) & ~1023u;  // the host adds 1 KB of slack
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, c = lane & 3;
     const int B = P.B, D = P.D, S = P.S;
@@ -1220,7 +1205,7 @@ __global__ void __launch_bounds__(256, 1)
     // buffers, then (P.cos_stage) the staged positive rows.
     const uint32_t a_ring = sbase + (uint32_t)(wg * PD * RAW_A);
     const uint32_t b_res = sbase + (uint32_t)(2 * PD * RAW_A);
-    const uint32_t full0 = smem_u32(&s_full[wg * PD]);
+    const uint32_t full0 = smem_addr(&s_full[wg * PD]);
 
     // The BN x D/2 negatives slice of n-tile `tile` into b_res as hi/lo, in two steps.  (1) Thread 0 copies k-tile
     // kt's raw BN x 32 box (tensor map, 128-byte swizzle: float 4j + e of row n in 16-byte chunk j at position
@@ -1232,7 +1217,7 @@ __global__ void __launch_bounds__(256, 1)
     // barrier), by which time its copies have landed: most of the tile's memory stream runs under the loop instead
     // of in front of it.
     const int NG = KTR > FG ? 2 : 1;
-    auto bbar = [&](int grp) { return smem_u32(&s_bfull[grp]); };
+    auto bbar = [&](int grp) { return smem_addr(&s_bfull[grp]); };
     auto b_copy = [&](int tile, int grp) {  // the copies of one group (thread 0)
         if (tid == 0 && grp < NG) {
             const int k0 = grp == 0 ? 0 : FG, k1 = grp == 0 ? min(FG, KTR) : KTR;
@@ -1290,15 +1275,15 @@ __global__ void __launch_bounds__(256, 1)
     };
     if (tid == 0) {
 #pragma unroll
-        for (int s = 0; s < 2 * PD; ++s) mbar_init(smem_u32(&s_full[0]) + 8u * (uint32_t)s, 1u);
+        for (int s = 0; s < 2 * PD; ++s) mbar_init(smem_addr(&s_full[0]) + 8u * (uint32_t)s, 1u);
 #pragma unroll 1
         for (int grp = 0; grp < 2; ++grp) mbar_init(bbar(grp), 1u);
 #pragma unroll
-        for (int w = 0; w < 2; ++w) mbar_init(smem_u32(&s_xfull[w]), 1u);
-        mbar_init(smem_u32(&s_cfull), 1u);
+        for (int w = 0; w < 2; ++w) mbar_init(smem_addr(&s_xfull[w]), 1u);
+        mbar_init(smem_addr(&s_cfull), 1u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #pragma unroll
-        for (int w = 0; w < 2; ++w) mbar_arrive_expect_tx(smem_u32(&s_xfull[w]), (uint32_t)XBYTES);  // the peer's st.async
+        for (int w = 0; w < 2; ++w) mbar_arrive_expect_tx(smem_addr(&s_xfull[w]), (uint32_t)XBYTES);  // the peer's st.async
     }
     __syncthreads();
     // The peer may arrive on s_xfull only once it is initialised; this arrive is waited for after the K loop.
@@ -1312,7 +1297,7 @@ __global__ void __launch_bounds__(256, 1)
     // shared memory after the B tile and the exchange buffers (make_plan adds the room and sets P.cos_stage).
     const uint32_t cos_stage = b_res + (uint32_t)(KTR * KT_BYTES + BN * 256);
     if (NG > 1 && P.cos_stage && tid == 0) {
-        const uint32_t bar = smem_u32(&s_cfull), rb = (uint32_t)(D * 4);
+        const uint32_t bar = smem_addr(&s_cfull), rb = (uint32_t)(D * 4);
         int rows = 0;
         while (rows < kCosStaged && split + S * rows < cos_rows && cos_row0 + split + S * rows < B) ++rows;
         mbar_arrive_expect_tx(bar, (uint32_t)rows * 2u * rb);
@@ -1412,7 +1397,7 @@ __global__ void __launch_bounds__(256, 1)
     // element 4j + 2h + e of the accumulator is row h's value i = 2j + e
     auto row_dot = [&](int h, int i) -> float { return tot[4 * (i >> 1) + 2 * h + (i & 1)]; };
     const uint32_t dst = cluster_peer_addr(xbuf, 1u - rank);
-    const uint32_t pbar = cluster_peer_addr(smem_u32(&s_xfull[wg]), 1u - rank);
+    const uint32_t pbar = cluster_peer_addr(smem_addr(&s_xfull[wg]), 1u - rank);
     float mine[NACC / 2];
 #pragma unroll
     for (int v = 0; v < NACC / 8; ++v) {
@@ -1426,8 +1411,8 @@ __global__ void __launch_bounds__(256, 1)
         st_async_f4(dst + (uint32_t)(v * 128 * 16), o[0], o[1], o[2], o[3], pbar);
     }
     if (NG > 1 && wg != rank)  // the sender (with one B group the cosines were computed in the prologue)
-        cosines_after_loop(P, cos_row0, cos_rows, split, wq, lane, cos_stage, smem_u32(&s_cfull));
-    while (!mbar_try_cluster(smem_u32(&s_xfull[wg]), 0u)) {
+        cosines_after_loop(P, cos_row0, cos_rows, split, wq, lane, cos_stage, smem_addr(&s_cfull));
+    while (!mbar_try_cluster(smem_addr(&s_xfull[wg]), 0u)) {
     }
 #pragma unroll
     for (int v = 0; v < NACC / 8; ++v) {
@@ -1766,7 +1751,7 @@ torch::Tensor infonce_wgmma_fused(torch::Tensor query, torch::Tensor positive, t
 _ext = load_inline(
     name="infonce_wgmma_fused",
     cpp_sources=_cpp_src,
-    cuda_sources=_kernel_src + _host_src,
+    cuda_sources=_ptx_src + _kernel_src + _host_src,
     functions=["infonce_wgmma_fused"],
     # wgmma needs the arch-specific sm_90a target; with an arch flag here torch adds none of its own.
     extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],

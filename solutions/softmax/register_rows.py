@@ -32,9 +32,14 @@ Invariants:
     costs time, never a hang or a wrong answer. The segment workspace (pairs, counters) comes from torch's
     allocator on the current stream, the counters zeroed for every call.
 """
+from pathlib import Path
+
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
+
+# PTX helpers shared with other problems' solutions (mbarriers, exp2, clocks): put before _device_src.
+_ptx_src = (Path(__file__).resolve().parents[1] / "_ptx.cuh").read_text()
 
 _device_src = r"""
 #include <cuda_runtime.h>
@@ -49,28 +54,9 @@ constexpr int kMaxThreads = 512;
 constexpr int kMaxChunks = 8;
 
 // ---------------------------------------------------------------- small PTX helpers
-__device__ __forceinline__ float ex2(float x) {  // 2^x, MUFU; ~2 ulp, well inside the fp32 tolerance
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                 :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
+// ex2, smem_addr, global_ns and the mbarrier calls are solutions/_ptx.cuh's.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-    } while (!done);
+    while (!mbar_try(smem_addr(bar), parity)) {}
 }
 // TMA 1-D bulk copy global -> own CTA's smem; completion is signalled on `bar` (tx bytes).
 // x is read exactly once, so ask L2 to evict it first.
@@ -197,13 +183,13 @@ softmax_smem_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, in
 
     if constexpr (kVec) {
         if (threadIdx.x == 0) {
-            for (int c = 0; c < nchunks; ++c) mbar_init(&bars[c], 1);
+            for (int c = 0; c < nchunks; ++c) mbar_init(smem_addr(&bars[c]), 1);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             for (int c = 0; c < nchunks; ++c) {
                 const int cu = c * upchunk, cn = min(upchunk, nu - cu);
                 if (cn <= 0) break;
-                mbar_arrive_expect_tx(&bars[c], (uint32_t)cn * 16u);
+                mbar_arrive_expect_tx(smem_addr(&bars[c]), (uint32_t)cn * 16u);
                 bulk_g2s(buf + (int64_t)cu * N, src + (int64_t)cu * N, (uint32_t)cn * 16u, &bars[c]);
             }
         }
@@ -558,11 +544,6 @@ softmax_v4_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int6
 // scheduling surprise costs time, never a hang or a wrong answer.
 constexpr unsigned long long kSegWaitNs = 500000ull;  // 0.5 ms; a normal wait is a few microseconds
 
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 // True once *c >= target (acquire: the pairs published before each increment are visible), false on timeout.
 __device__ __forceinline__ bool wait_count(const unsigned* c, unsigned target) {
     unsigned long long t0 = 0;
@@ -817,7 +798,7 @@ _cpp_src = "torch::Tensor softmax_register_rows(torch::Tensor x);"
 _ext = load_inline(
     name="softmax_register_rows",
     cpp_sources=_cpp_src,
-    cuda_sources=_device_src + _host_src,
+    cuda_sources=_ptx_src + _device_src + _host_src,
     functions=["softmax_register_rows"],
     extra_cuda_cflags=["-O3"],
     verbose=False,
