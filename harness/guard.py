@@ -178,6 +178,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
 
     solution_set, solution_caches = _solution_paths(solution_files)
     scratch, trusted = _roots(scratch_dirs), _roots(trusted_dirs)
+    shared_memory = _roots(["/dev/shm"])
     harness_dir = (_real(os.path.dirname(__file__)),)
     stdlib_dir = (_real(sysconfig.get_paths()["stdlib"]),)
     frame_events = dict(_FRAME_EVENTS)
@@ -257,6 +258,13 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             except (_OSError, _ValueError):
                 pass
         return base + "/" + path
+
+    def descriptor_path(fd):
+        """The path an open descriptor holds, as /proc tells it; False (refused) when that cannot be read."""
+        try:
+            return readlink("/proc/self/fd/" + _str(fd))
+        except (_OSError, _ValueError):
+            return False
 
     def resolve(path, dir_fd=None):
         """The real path, symlinks followed with os.readlink alone (os.path may have been rewritten)."""
@@ -589,6 +597,9 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
         verdict = judge_proc(full)
         if verdict is not None:
             return verdict
+        if under(full, shared_memory):
+            # the parent's shared files live there; torch maps them natively, so Python never needs to open one
+            return "sandbox-violation", "opens " + full + " for writing (the parent's shared memory)"
         if ".pyc" in full.rsplit("/", 1)[-1]:
             if not by_importlib(chain_of()):
                 return "introspection", "writes bytecode to " + full
@@ -615,13 +626,16 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             if i >= _len(args):
                 continue
             path = plain(args[i])
+            if path is None and event == "os.truncate" and _type(args[i]) is _int:
+                path = descriptor_path(args[i])  # ftruncate: judged by the file the descriptor holds
             if path is None:
                 continue
             if path is False:
                 return "sandbox-violation", event + " on an object that is not a plain path"
             full = resolve(path, dir_fd)
-            if full.startswith("/dev/shm") and event in ("os.chmod", "os.chown", "os.rename", "os.link", "os.symlink"):
-                # the parent's shared files live there: unlistable folders of randomly named files
+            if under(full, shared_memory):
+                # the parent's shared files live there (a file cut short under the parent's mapping kills it
+                # with SIGBUS); nothing in Python needs to change one
                 return "sandbox-violation", event + " " + full + " (the parent's shared memory)"
             if ".pyc" in full.rsplit("/", 1)[-1]:
                 if not by_importlib(chain_of()):
@@ -910,23 +924,26 @@ def _torch_classes() -> list:
     return classes
 
 
-# The aten ops the child runs itself after solution code (the output's copy into the parent's slot, private copies,
-# freed-memory poison): a kernel of the solution registered for one of them would run outside the op recorders and
-# after the timer stopped, and could compute the answer there.
+# The aten ops the child runs itself around solution code (mapping the parent's buffers, the output's copy into
+# its slot, private copies, freed-memory poison): a kernel of the solution registered for one of them would run
+# outside the op recorders and the timer, and could compute the answer there (when the inputs are mapped, before
+# the first mark; after the call).
 _HARNESS_OPS = ("aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::empty.memory_format",
                 "aten::empty_like", "aten::empty_strided", "aten::fill_.Scalar", "aten::zero_", "aten::clone",
-                "aten::_to_copy", "aten::detach", "aten::alias")
+                "aten::_to_copy", "aten::detach", "aten::alias", "aten::set_.source_Storage_storage_offset",
+                "aten::set_.source_Storage", "aten::set_.source_Tensor", "aten::set_", "aten::from_file")
 
 
 class DispatchTables:
-    """The dispatcher's kernel tables of the harness's own ops (and the problem's core ops), taken before the
-    solution is imported: changes() names those that gained or lost a kernel since (torch.library.Library("aten",
-    "IMPL").impl("copy_", ...), or the same through torch._C directly)."""
+    """The dispatcher's computed kernel tables of the harness's own ops (and the problem's core ops), taken
+    before the solution is imported: changes() names those whose kernel for some dispatch key changed since
+    (torch.library.Library("aten", "IMPL").impl("copy_", ...), the same through torch._C directly, or a backend
+    fallback for a key the solution then switches on in the serving thread)."""
 
     def __init__(self, extra_ops=()):
         import torch
 
-        dump, names, error = torch._C._dispatch_dump, (*_HARNESS_OPS, *extra_ops), Exception  # bound now, as the hook's are
+        dump, names, error = torch._C._dispatch_dump_table, (*_HARNESS_OPS, *extra_ops), Exception  # bound now, as the hook's are
 
         def tables():
             found = {}
@@ -941,6 +958,62 @@ class DispatchTables:
 
         def changes() -> list:
             return ["a kernel was registered for torch's own op " + name for name, text in tables().items() if text != before.get(name)]
+
+        self.changes = changes
+
+
+class ThreadDispatchKeys:
+    """The dispatch keys switched on or off in this thread (torch's thread-local include and exclude sets), as
+    they were before the solution was imported: a key forward leaves switched on would route the harness's own
+    ops after the call (a backend fallback of the solution's), one left off would step around a layer. Make it
+    in the serving thread, where the solution's code and the checkpoint run."""
+
+    def __init__(self):
+        import torch
+
+        C = torch._C
+        included, excluded, raw = C._dispatch_tls_local_include_set, C._dispatch_tls_local_exclude_set, torch.DispatchKeySet.raw_repr
+        before = (raw(included()), raw(excluded()))
+
+        def changes() -> list:
+            if (raw(included()), raw(excluded())) == before:
+                return []
+            return [f"dispatch keys left switched on or off in the serving thread (on: {included()}; off: {excluded()})"]
+
+        self.changes = changes
+
+
+class AtenKernels:
+    """Which of torch's own (aten) ops have a kernel for each dispatch key, taken before the solution is
+    imported: changes() names the kernels added or removed since, for any op, not only the harness's. A
+    solution registering a kernel for an aten op (torch.library.Library("aten", "IMPL")) is never honest, and
+    an op missing from _HARNESS_OPS would otherwise be a way in. A kernel that replaces one already there
+    keeps the tables the same: DispatchTables sees that, for the ops that matter. About 20 ms a call."""
+
+    def __init__(self):
+        import torch
+
+        registered, keys, frozen, error, sorted_ = (torch._C._dispatch_get_registrations_for_dispatch_key,
+                                                    tuple(torch._C.DispatchKey.__members__), frozenset, Exception, sorted)
+
+        def tables():
+            found = {}
+            for key in keys:
+                try:
+                    found[key] = frozen(name for name in registered(key) if name.startswith("aten::"))
+                except error:  # a key with no table of its own (an alias)
+                    pass
+            return found
+
+        before = tables()
+
+        def changes() -> list:
+            now, found = tables(), []
+            for key, names in now.items():
+                old = before.get(key, frozen())
+                found += [f"a kernel was registered for torch's own op {name} ({key})" for name in sorted_(names - old)]
+                found += [f"torch's kernel of {name} ({key}) was removed" for name in sorted_(old - names)]
+            return found
 
         self.changes = changes
 

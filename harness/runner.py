@@ -138,6 +138,7 @@ class Worker:
     def __init__(self, spec: dict, config: Config, env: dict | None = None, nice: int = 0):
         self.spec = spec
         self.scratch = Path(tempfile.mkdtemp(prefix="harness-child-"))
+        self.shared = self._shared_memory_folder(spec)
         cmd_r, cmd_w = os.pipe()
         reply_r, reply_w = os.pipe()
         self.guard_r, guard_w = os.pipe()
@@ -155,7 +156,7 @@ class Worker:
             os.setpriority(os.PRIO_PROCESS, self.process.pid, nice)
         send_plain(cmd_w, {**spec, "key": key.hex(), "sandbox": config.sandbox, "scratch": str(self.scratch),
                            "read_paths": [str(p) for p in self._read_paths()], "write_paths": self._write_paths(),
-                           "trusted_dirs": self._trusted_dirs()})
+                           "map_paths": [str(self.shared)] if self.shared else [], "trusted_dirs": self._trusted_dirs()})
         self.send, self.recv = open_channel(reply_r, cmd_w, key)
         self.fds = (reply_r, cmd_w)
 
@@ -166,8 +167,20 @@ class Worker:
             extra += private_files(solution)
         return sandbox.child_read_paths(solution, Path(self.spec["problem_dir"]), extra)
 
+    @staticmethod
+    def _shared_memory_folder(spec: dict) -> Path | None:
+        """CPU runs: the folder of the files the parent shares with this child (one unlistable folder per shape
+        inside it). The child may read and write them, never create, cut short or remove one (Landlock's
+        map_paths): a file cut short under the parent's mapping would kill the parent with SIGBUS."""
+        if spec.get("device", "cpu").startswith("cuda"):
+            return None
+        folder = Path(tempfile.mkdtemp(prefix="harness-shared-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+        folder.chmod(0o300)
+        return folder
+
     def _write_paths(self) -> list:
-        paths = [str(self.scratch), "/dev/shm"]
+        # CUDA IPC needs /dev/shm (torch's reference-count files, CUDA's own); a CPU child shares through self.shared
+        paths = [str(self.scratch)] + ([] if self.shared else ["/dev/shm"])
         if self.spec.get("extension_dir"):
             Path(self.spec["extension_dir"]).mkdir(parents=True, exist_ok=True)
             build.clear_stale_locks(Path(self.spec["extension_dir"]))  # nothing else builds there now
@@ -229,6 +242,11 @@ class Worker:
             if strays:
                 raise Failure("background-process", f"{len(strays)} process(es) still running after {phase} (pid {strays[0]}): "
                                                     "nothing the solution starts may outlive the call that started it")
+            report = self._guard_report()  # the child lives: a copy of it (a raw fork) met the guard
+            if report:
+                rule, _, reason = report.partition("\t")
+                raise Failure(rule if rule in GUARD else "introspection",
+                              f"{reason.strip()[:500]} (in a process the solution started, while {phase})")
         return messages.read(reply_type, reply, phase) if reply_type is not None else reply
 
     def _last_words(self) -> dict | None:
@@ -293,6 +311,9 @@ class Worker:
                 pass
         Worker.live.discard(self.process.pid)
         shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.shared:
+            self.shared.chmod(0o700)
+            shutil.rmtree(self.shared, ignore_errors=True)
 
     live: set = set()  # pids of the children running a target now
     owned: set = set()  # pids of this parent's own other processes (eval-batch's GPU workers): never strays
@@ -499,11 +520,12 @@ class Run:
             raise Failure(verdict.rule, f"{label}: {verdict.reason}")
         return verdict.summary()
 
-    def _scratch(self) -> Path | None:
-        """Where CPU buffers shared with the child live (shared memory the child may map)."""
-        if self.device.type == "cuda":
+    def _scratch(self, worker: Worker) -> Path | None:
+        """Where CPU buffers shared with the child live (shared memory the child may map); None on a GPU, whose
+        buffers travel by CUDA IPC."""
+        if worker.shared is None:
             return None
-        directory = Path(tempfile.mkdtemp(prefix="harness-shared-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+        directory = Path(tempfile.mkdtemp(prefix="shape-", dir=worker.shared))
         directory.chmod(0o300)  # the child opens the files it is told of (random names) but cannot list the rest
         return directory
 
@@ -516,7 +538,7 @@ class Run:
     # ---- correctness -------------------------------------------------------------------------
     def _check_correctness(self, problem: Problem, worker: Worker, record: Record, target: Target):
         trials, metas = self.config.trials, {}
-        directory = self._scratch()
+        directory = self._scratch(worker)
         shapes = correctness_shapes(problem, self.config.shapes, self.device)
         if not shapes:
             raise Failure("harness-error", "no correctness shape was selected: a verdict needs at least one")
@@ -602,7 +624,7 @@ class Run:
         config, is_cuda = self.config, self.device.type == "cuda"
         out_shape, out_dtype = self._output_meta(problem, shape, {})
         count = sets_per_batch(problem.bytes_moved(shape), config.memory_budget_bytes)
-        directory = self._scratch()
+        directory = self._scratch(worker)
         pool = SharedPool(self.device, directory)
         timeout = config.call_timeout_s + 10 * config.budget_s
 

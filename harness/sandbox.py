@@ -226,7 +226,7 @@ def _drop_capabilities() -> None:
         raise SandboxUnavailable(f"capset(0) failed: {os.strerror(ctypes.get_errno())}")
 
 
-def confine(read_paths, write_paths) -> str:
+def confine(read_paths, write_paths, map_paths=()) -> str:
     """Call in the child before any untrusted code runs, and before anything starts a thread (import torch or
     numpy only afterwards: OpenBLAS starts one at import). Landlock restricts the calling thread and everything it
     starts later, so a thread that already exists would stay free; with more than one thread this refuses.
@@ -236,8 +236,9 @@ def confine(read_paths, write_paths) -> str:
     excepted); with ABI >= 4 no TCP bind/connect; with ABI >= 6 no signals to, nor abstract-unix connections to,
     processes outside the domain (the parent). Landlock itself forbids ptrace of, and /proc/<pid>/mem or environ
     of, processes outside the domain. All capabilities are dropped. Paths that do not exist are skipped.
-    Put /dev/shm in `write_paths`: sending tensors to the parent needs it (torch's shared-memory files, also for
-    CUDA IPC, and CUDA's own cuda.shm.* files).
+    Put /dev/shm in `write_paths` where CUDA IPC is used (torch's reference-count files, CUDA's own cuda.shm.*
+    files). Files under `map_paths` (the parent's shared files of a CPU run) can be read and written, not
+    created, removed or truncated: a file cut short under the parent's mapping would kill it with SIGBUS.
     Returns a short description; raises SandboxUnavailable when this cannot be done (the message says why)."""
     abi = _require_abi()
     threads = _thread_count()
@@ -254,6 +255,7 @@ def confine(read_paths, write_paths) -> str:
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8  # older kernels reject fields they do not know
 
     rules = _read_rules(read_paths) + [(path, handled_fs & ~_WRITE_EXCLUDED) for path in _expand(write_paths)]
+    rules += [(path, handled_fs & (FS_READ_FILE | FS_WRITE_FILE)) for path in _expand(map_paths)]
     ruleset = _syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         raise SandboxUnavailable(f"landlock_create_ruleset failed (ABI {abi}): {_why(ruleset)}")

@@ -331,7 +331,8 @@ def _nested_codes(code):
             yield from _nested_codes(const)
 
 
-@pytest.mark.parametrize("function", [guard.install, guard._checker, guard.DispatchTables.__init__])
+@pytest.mark.parametrize("function", [guard.install, guard._checker, guard.DispatchTables.__init__, guard.AtenKernels.__init__,
+                                      guard.ThreadDispatchKeys.__init__])
 def test_closures_look_up_no_global_or_builtin(function):
     """A solution can rewrite any module dict (builtins included); the hook and the snapshot check must
     not look anything up there at run time."""
@@ -341,6 +342,33 @@ def test_closures_look_up_no_global_or_builtin(function):
             if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
                 bad.append(f"{code.co_name}: {instruction.argval}")
     assert not bad, bad
+
+
+def test_dispatch_checks_see_kernels_fallbacks_and_switched_keys():
+    """What a solution can do to the dispatcher from Python, each seen by one check: a kernel for an aten op the
+    harness never runs (AtenKernels), a backend fallback that the harness's own ops would reach once its key is
+    switched on (DispatchTables' computed tables), and that key left on in the thread (ThreadDispatchKeys). In a
+    subprocess: a registration outlives the test."""
+    code = textwrap.dedent("""
+        import torch
+        from harness import guard
+        aten, tables, keys = guard.AtenKernels(), guard.DispatchTables(), guard.ThreadDispatchKeys()
+        assert aten.changes() == tables.changes() == keys.changes() == []
+        kernels = torch.library.Library("aten", "IMPL")
+        kernels.impl("erfinv", lambda x: x, "AutogradCPU")
+        print("ATEN", aten.changes())
+        fallbacks = torch.library.Library("_", "IMPL")
+        fallbacks.fallback(lambda op, keys, *a, **k: op.redispatch(keys, *a, **k), dispatch_key="PrivateUse3", with_keyset=True)
+        print("TABLES", tables.changes())
+        torch._C._dispatch_tls_set_dispatch_key_included(torch._C.DispatchKey.PrivateUse3, True)
+        print("KEYS", keys.changes())
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if line.split(" ", 1)[0] in ("ATEN", "TABLES", "KEYS"))
+    assert "aten::erfinv (AutogradCPU)" in lines["ATEN"]
+    assert "aten::set_.source_Storage_storage_offset" in lines["TABLES"]
+    assert "PrivateUse3" in lines["KEYS"]
 
 
 def test_snapshot_changes_and_cost():

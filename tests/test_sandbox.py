@@ -31,7 +31,7 @@ from pathlib import Path
 from harness import sandbox
 args = json.loads(sys.argv[1])
 reads = sandbox.child_read_paths(Path(args["solution"]), Path(args["problem"]))
-description = sandbox.confine(reads, args["writes"])
+description = sandbox.confine(reads, args["writes"], args.get("maps", ()))
 out = {"description": description}
 
 def attempt(name, action):
@@ -57,10 +57,10 @@ def layout(tmp_path):
     return tmp_path
 
 
-def run_confined(layout: Path, body: str, writes=None, timeout: float = 120) -> dict:
+def run_confined(layout: Path, body: str, writes=None, timeout: float = 120, maps=()) -> dict:
     """Run PRELUDE + body in a fresh interpreter with the scratch environment; return its JSON `out`."""
     args = {"solution": str(layout / "solutions" / "candidate.py"), "problem": str(layout / "problem"),
-            "writes": [str(p) for p in (writes or [layout / "scratch"])]}
+            "writes": [str(p) for p in (writes or [layout / "scratch"])], "maps": [str(p) for p in maps]}
     code = PRELUDE + textwrap.dedent(body) + "\nprint('RESULT' + json.dumps(out))\n"
     env = dict(os.environ, **sandbox.scratch_environment(layout / "scratch"))
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True,
@@ -197,6 +197,29 @@ def test_confine_reports_missing_landlock(monkeypatch):
     monkeypatch.setattr(sandbox, "_syscall", lambda number, *args: -errno.EOPNOTSUPP)
     with pytest.raises(sandbox.SandboxUnavailable, match="disabled at boot"):
         sandbox.confine(["/usr"], [])
+
+
+@pytest.mark.skipif(ABI < 3, reason="Landlock before ABI 3 cannot withhold truncation")
+def test_shared_files_can_be_written_never_cut_short(layout):
+    """A CPU run's shared files (map_paths): the child writes into them through its mapping, and can neither
+    truncate one (the parent's mapping past the end would take SIGBUS) nor make or remove files there."""
+    shared = layout / "shared"
+    shared.mkdir()
+    (shared / "buffer").write_bytes(b"\0" * 4096)
+    out = run_confined(layout, """
+        import torch
+        name = str(Path(args["maps"][0]) / "buffer")
+        mapped = torch.from_file(name, shared=True, size=1024, dtype=torch.float32)
+        mapped.fill_(2.0)
+        out["mapped"] = float(mapped.sum())
+        attempt("ftruncate", lambda: os.ftruncate(os.open(name, os.O_RDWR), 0))
+        attempt("truncate", lambda: os.truncate(name, 0))
+        attempt("create", lambda: open(name + "2", "wb"))
+        attempt("remove", lambda: os.remove(name))
+        """, maps=[shared])
+    assert out["mapped"] == 2048.0
+    assert all(out[name] in ("EACCES", "EPERM") for name in ("ftruncate", "truncate", "create", "remove")), out
+    assert (shared / "buffer").stat().st_size == 4096
 
 
 def test_child_read_paths_leave_out_the_repository(tmp_path):

@@ -140,7 +140,20 @@ def _worker_replying(*replies):
     queue = list(replies)
     worker.send, worker.recv = (lambda message: None), (lambda timeout=None: queue.pop(0))
     worker.process, worker.spec, worker.strays = types.SimpleNamespace(poll=lambda: None), {"kind": "solution"}, list
+    worker._guard_report = lambda: ""
     return worker
+
+
+def test_a_guard_report_while_the_child_lives_rejects_the_request():
+    """A copy of the child (a raw fork, unseen) that trips the guard writes its report on the guard's pipe and
+    dies; the child itself answers. The report still decides: the solution started that copy."""
+    from harness.runner import Failure
+
+    worker = _worker_replying({"status": "ok"})
+    worker._guard_report = lambda: "sandbox-violation\topens /dev/shm/x for writing (the parent's shared memory)"
+    with pytest.raises(Failure) as caught:
+        worker.request({"cmd": "call"}, 5, "running a trial")
+    assert caught.value.rule == "sandbox-violation" and "a process the solution started" in caught.value.reason
 
 
 def test_the_parent_reads_its_clock_at_each_mark_of_a_timed_request_only():
