@@ -58,7 +58,7 @@ def clear_stale_locks(directory: Path) -> list:
     Ctrl-C): the next load would wait on them forever. Call only where nothing else builds in `directory` (the
     harness builds each folder from one process at a time). Returns the files removed."""
     removed = []
-    for lock in directory.glob("*/lock") if directory.is_dir() else ():
+    for lock in _build_files(directory, "lock"):
         try:
             lock.unlink()
             removed.append(lock)
@@ -68,7 +68,33 @@ def clear_stale_locks(directory: Path) -> list:
 
 
 def built_libraries(directory: Path) -> dict:
-    return {str(p): p.stat().st_mtime for p in directory.rglob("*.so")} if directory.is_dir() else {}
+    """{path: mtime} of the extensions built in an extension folder (torch puts each at <folder>/<name>/<name>.so)."""
+    found = {}
+    for library in _build_files(directory, ".so"):
+        try:
+            found[str(library)] = library.lstat().st_mtime
+        except OSError:
+            pass
+    return found
+
+
+def _build_files(directory: Path, ending: str) -> list:
+    """Regular files named `*ending` one level down in an extension folder, read without following a link: the
+    child may write the folder (a symlink there would lead the parent's unlink or walk anywhere), and no deeper
+    (a tree it made a thousand levels deep would exhaust a recursive walk)."""
+    found = []
+    try:
+        with os.scandir(directory) as entries:
+            folders = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return found
+    for folder in folders:
+        try:
+            with os.scandir(folder) as entries:
+                found += [Path(e.path) for e in entries if e.name.endswith(ending) and e.is_file(follow_symlinks=False)]
+        except OSError:
+            pass
+    return sorted(found)
 
 
 _ERROR_LINE = re.compile(r"(error|undefined reference|fatal)", re.IGNORECASE)

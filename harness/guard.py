@@ -657,6 +657,8 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                 full = resolve(target)
                 if full.startswith("/proc") or full.startswith("/dev") or full.startswith("/sys"):
                     return "introspection", "makes a symlink to " + full
+                if not under(full, scratch):  # the parent cleans and reads these folders: a link out would lead it
+                    return "sandbox-violation", "makes a symlink to " + full + " (outside its own folders)"
         return None
 
     def origin(function):

@@ -120,6 +120,22 @@ def add_baseline(baselines: dict, record: dict) -> None:
             baselines.setdefault(entry["shape"], {})[record["kind"]] = entry["median_ms"]
 
 
+def remove_tree(path: Path) -> None:
+    """Remove a folder the child may have written, whatever it left there; never raises. shutil.rmtree recurses
+    once per level, so a tree a thousand folders deep (made on purpose) raises RecursionError out of it: `rm -rf`
+    finishes what it leaves. Neither follows a symlink out of the tree."""
+    try:
+        os.chmod(path, 0o700)  # the unlistable shared folders
+        shutil.rmtree(path, ignore_errors=True)
+    except Exception:  # noqa: BLE001 - RecursionError, or a folder already gone
+        pass
+    if os.path.lexists(path):
+        try:
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, timeout=600)
+        except (OSError, subprocess.SubprocessError):
+            pass
+
+
 class ShapeFailure(Failure):
     """A baseline or another library failed on one shape only (Liger refuses rows over 64K)."""
 
@@ -310,10 +326,9 @@ class Worker:
             except OSError:
                 pass
         Worker.live.discard(self.process.pid)
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        remove_tree(self.scratch)
         if self.shared:
-            self.shared.chmod(0o700)
-            shutil.rmtree(self.shared, ignore_errors=True)
+            remove_tree(self.shared)
 
     live: set = set()  # pids of the children running a target now
     owned: set = set()  # pids of this parent's own other processes (eval-batch's GPU workers): never strays
@@ -381,6 +396,7 @@ class Run:
         self.config = config
         self.results_path = results_path
         self.seed = new_master_seed() if seed is None else seed
+        self.target_seed = self.seed  # evaluate_target derives one per target
         self.run_id = uuid.uuid4().hex[:12]
         self.env = environment(device)
         self.report = reporter or (lambda *a, **k: None)
@@ -451,6 +467,9 @@ class Run:
             record.status, record.reason = "skipped", "builds CUDA kernels: needs a CUDA GPU, and this machine has none (not timed)"
             return record.to_json()
         self.report(f"{target.label}: starting")
+        # Inputs of this target's own: two candidates of a batch (one Run) never see the same sets, so one cannot
+        # hand the other answers (twins share their by-content build folder, which the child may write).
+        self.target_seed = derive_seed(self.seed, "target", target.kind, target.label, str(target.path or ""))
         worker = None
         try:
             if target.kind == "solution":
@@ -498,7 +517,7 @@ class Run:
     def _output_meta(self, problem: Problem, shape, cache: dict) -> tuple:
         """(shape, dtype) of the reference's output at the problem's dtype, which a solution must match."""
         if shape.name not in cache:
-            out = native_reference(problem, shape, self._draw(problem, shape, derive_seed(self.seed, problem.name, shape.name, "meta")), self.device)
+            out = native_reference(problem, shape, self._draw(problem, shape, derive_seed(self.target_seed, problem.name, shape.name, "meta")), self.device)
             cache[shape.name] = (tuple(out.shape), out.dtype)
         return cache[shape.name]
 
@@ -532,8 +551,7 @@ class Run:
     @staticmethod
     def _remove(directory: Path | None):
         if directory is not None:
-            directory.chmod(0o700)
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_tree(directory)
 
     # ---- correctness -------------------------------------------------------------------------
     def _check_correctness(self, problem: Problem, worker: Worker, record: Record, target: Target):
@@ -547,9 +565,9 @@ class Run:
                 self.report(f"{target.label}: checking {shape.name}")
                 out_shape, out_dtype = self._output_meta(problem, shape, metas)
                 # Trial t draws input family t % n: every shape meets every family, the seeds stay secret.
-                seeds = [problem.seed_for_trial(derive_seed(self.seed, problem.name, shape.name, "check", t), t) for t in range(trials)]
+                seeds = [problem.seed_for_trial(derive_seed(self.target_seed, problem.name, shape.name, "check", t), t) for t in range(trials)]
                 plan = [(seed, None, f"trial {t + 1} ({problem.family_of(seed)} inputs)") for t, seed in enumerate(seeds)]
-                probe = problem.seed_for_trial(derive_seed(self.seed, problem.name, shape.name, "probe"), trials)
+                probe = problem.seed_for_trial(derive_seed(self.target_seed, problem.name, shape.name, "probe"), trials)
                 plan.append((probe, seeds[-1], "cache-probe trial"))
                 worst = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
                 for seed, probe_from, label in plan:
@@ -631,7 +649,7 @@ class Run:
         def seed_of(batch: int, i: int) -> int:
             """Never seen before in this run (fresh for every call, every process, every re-timing); calls rotate
             through the input families."""
-            return problem.seed_for_trial(derive_seed(self.seed, problem.name, shape.name, "time", process, batch, i), batch + i)
+            return problem.seed_for_trial(derive_seed(self.target_seed, problem.name, shape.name, "time", process, batch, i), batch + i)
 
         try:
             first = [self._draw(problem, shape, seed_of(0, i)) for i in range(count)]
@@ -760,7 +778,7 @@ class Run:
     def _profile(self, problem: Problem, worker: Worker, record: Record, shape):
         """Which kernels the call launched at this timing shape: none of its own is not a custom kernel."""
         pool = SharedPool(self.device, None)
-        inputs = pool.share(self._draw(problem, shape, derive_seed(self.seed, problem.name, shape.name, "profile")))
+        inputs = pool.share(self._draw(problem, shape, derive_seed(self.target_seed, problem.name, shape.name, "profile")))
         described = describe(inputs)
         self._sync()
         reply = worker.request(messages.Profile(shape.name, described), self.config.call_timeout_s, f"profiling {shape.name}",

@@ -99,3 +99,40 @@ def test_a_fault_of_the_checker_is_reported_and_the_run_goes_on(tmp_path, monkey
     monkeypatch.setattr(runner, "reference_output", broken_reference)
     record = _one_line(evaluate("softmax", write_solution(tmp_path, HONEST_SOFTMAX), tmp_path))
     assert record["status"] == "failed" and record["rule"] == "harness-error" and "not the solution's verdict" in record["reason"]
+
+
+def test_the_parent_cleans_what_the_child_wrote_without_following_it_out(tmp_path):
+    """The child may write its scratch and its extension folder; the parent later removes the one and clears
+    stale locks and lists libraries in the other. A tree a thousand folders deep (shutil.rmtree recurses per
+    level) and a symlink to a folder outside (a `lock` there would be unlinked) must do nothing to it."""
+    import os
+
+    from harness import build
+    from harness.runner import remove_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "lock").write_text("")
+    (outside / "x.so").write_text("")
+    extension = tmp_path / "extension"
+    (extension / "softmax_v1").mkdir(parents=True)
+    (extension / "softmax_v1" / "lock").write_text("")
+    (extension / "softmax_v1" / "softmax_v1.so").write_text("")
+    os.symlink(outside, extension / "evil")
+    assert build.built_libraries(extension) == {str(extension / "softmax_v1" / "softmax_v1.so"):
+                                                (extension / "softmax_v1" / "softmax_v1.so").stat().st_mtime}
+    assert build.clear_stale_locks(extension) == [extension / "softmax_v1" / "lock"]
+    assert (outside / "lock").exists()
+
+    scratch = tmp_path / "scratch"
+    deep, name = os.open(tmp_path, os.O_RDONLY), "scratch"
+    os.mkdir(name, dir_fd=deep)
+    for _ in range(1200):  # each level opened relative to the last: the whole path would be too long
+        level = os.open(name, os.O_RDONLY, dir_fd=deep)
+        os.close(deep)
+        deep, name = level, "d"
+        os.mkdir(name, dir_fd=deep)
+    os.close(deep)
+    os.symlink(outside, scratch / "link")
+    remove_tree(scratch)
+    assert not os.path.lexists(scratch) and (outside / "lock").exists()

@@ -159,6 +159,11 @@ ATTACKS = {
     "kill_parent": ("import os\ndef main():\n    os.kill(os.getppid(), 0)\n", "sandbox-violation", "signals another process"),
     "socket": ("import socket\ndef main():\n    socket.socket()\n", "sandbox-violation", "network"),
     "crafted_bytecode": ("import marshal as m\ndef main():\n    open('x.cpython-311.pyc', 'wb').write(b'')\n", "introspection", "bytecode"),
+    "symlink_out_of_scratch": ("import os\ndef main():\n    os.symlink('/tmp', 'out')\n", "sandbox-violation", "outside its own folders"),
+    "write_open_shm": ("import os\ndef main():\n    os.open('/dev/shm/guard-test-shm', os.O_RDWR | os.O_CREAT)\n",
+                       "sandbox-violation", "shared memory"),
+    "ftruncate_shm": ("import os\ndef main():\n    fd = os.open('/dev/shm', os.O_RDONLY)\n    os.ftruncate(fd, 0)\n",
+                      "sandbox-violation", "shared memory"),
     "custom_pathlike": ("class P:\n    def __fspath__(self): return '/tmp/guard-test-outside.txt'\ndef main():\n    open(P(), 'w')\n",
                         "sandbox-violation", "for writing"),
     # ----- threads ------------------------------------------------------------------------------------

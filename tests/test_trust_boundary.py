@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from conftest import HAS_CUDA, SMALL, evaluate, sweep
@@ -142,3 +143,27 @@ def test_exploit_is_rejected_on_gpu(tmp_path, entry):
     problem = entry["problem"]
     shapes = SMALL[problem] + (find_problem(problem).default_shape.name,)  # the seed / default shape: where timing tricks pay
     _run(entry, tmp_path, "cuda", shapes, trials=2, timeout=300, budget=0.3)
+
+
+def test_two_targets_of_one_run_never_see_the_same_inputs(tmp_path, monkeypatch):
+    """A batch worker evaluates many candidates in one Run. Twins (the same bytes under two names) share their
+    by-content build folder, which the child may write: had they drawn the same inputs, the first could leave
+    its answers there for the second to replay (a red-team find). Every target draws its own."""
+    from conftest import SMALL
+    from harness.runner import Config, Run, Target
+
+    source = (HERE / "honest_softmax_torch.py").read_text()
+    twins = [tmp_path / "a_twin.py", tmp_path / "b_twin.py"]
+    for twin in twins:
+        twin.write_text(source)
+    seeds = {}
+    run = Run(torch.device("cpu"), tmp_path / "runs.jsonl", Config(trials=2, budget_s=0.05, min_reps=3, shapes=SMALL["softmax"]),
+              seed=MASTER_SEED)
+    draw = run._draw
+    monkeypatch.setattr(run, "_draw", lambda problem, shape, seed, probe_from=None: (
+        seeds.setdefault(current[0], set()).add(seed), draw(problem, shape, seed, probe_from))[1])
+    for twin in twins:
+        current = [twin.name]
+        record = run.evaluate_target(find_problem("softmax"), Target("solution", twin.stem, path=twin), baselines={})
+        assert record["status"] == "ok", record
+    assert seeds["a_twin.py"] and seeds["b_twin.py"] and not seeds["a_twin.py"] & seeds["b_twin.py"]
