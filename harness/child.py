@@ -151,7 +151,10 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     problem = load_problem(spec["problem_dir"])
     problem.module  # noqa: B018 - import the reference before the solution
     marked = lambda: send({"status": "mark"})  # noqa: E731 - the parent reads its own clock as each mark arrives
-    warm_up, timed_batch, burst_calls, queued_calls, issue_probe, after_call, seal, sync, guarded = timing.make_timer(device, marked)
+    # The serving thread's dispatch keys as they are now: forward must leave them so (checked after every call)
+    key_changes = guard.ThreadDispatchKeys().changes if kind == "solution" else (lambda: [])
+    warm_up, timed_batch, burst_calls, queued_calls, issue_probe, after_call, seal, sync, guarded = timing.make_timer(
+        device, marked, key_changes)
     wire = messages.wire  # bound now: the replies never pass through a lookup the solution could redirect
     trace_kernels, kernel_summary = profiling.trace_kernels, profiling.kernel_summary
     # Bound now, for what the child reads after the solution's code and before the checkpoint (where a lookup
@@ -163,12 +166,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     if not is_solution:  # a baseline at fp32 computes in fp32: cuDNN's default TF32 convolutions miss fp32 tolerances
         torch.backends.cudnn.allow_tf32 = False
     hook_calls = guard.seal_frame_hooks() if is_solution else []
+    library_calls = guard.seal_torch_library() if is_solution else []
     snapshot_changes = guard.ModuleSnapshot().changes
     dispatch_changes = guard.DispatchTables(["aten::" + op for op in problem.core_aten_ops]).changes
     # Every aten op's kernels, at the load's checkpoint and at a secret eighth of the others (a kernel that serves
     # the next request must be in place at this one's checkpoint: no solution code runs in between).
     aten_changes, urandom = guard.AtenKernels().changes, os.urandom
-    key_changes = guard.ThreadDispatchKeys().changes
     active_modes = guard.active_modes
     set_phase = (guard.install(guard_fd, [spec["path"]], spec["write_paths"], spec["trusted_dirs"])
                  if is_solution and spec.get("guard", True) else (lambda phase: None))
@@ -197,6 +200,9 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             return
         if hook_calls:
             raise Failure("introspection", f"after {phase}: called torch's {hook_calls[0]}, which is sealed in a solution's process")
+        if library_calls:
+            raise Failure("tampering", f"after {phase}: {library_calls[0]} registers kernels in torch's own namespace, "
+                                       "which is sealed in a solution's process")
         changed = snapshot_changes() + dispatch_changes() + key_changes()
         if phase == "loading" or urandom(1)[0] < 32:
             changed += aten_changes()

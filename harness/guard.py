@@ -862,6 +862,44 @@ def seal_frame_hooks() -> list:
     return calls
 
 
+def seal_torch_library() -> list:
+    """Replace torch._C._dispatch_library, wherever a dict holds it, with a version that refuses torch's own
+    namespaces: no library for aten (nor "_", whose IMPL registers backend fallbacks), and no IMPL library for
+    any namespace torch already has. A kernel of the solution's for one of torch's ops would run inside the
+    harness's own calls of it (the copy into the slot, the mapping of the inputs), and one removed again by a
+    finalizer before the checkpoint leaves no trace there. A solution's own namespace (torch.library.custom_op
+    "mylib::op") is its to use, and torch's own lazy FRAGMENTs (prims) pass. Call it in the solution's child
+    before ModuleSnapshot() and install(). Returns the list of refused calls, which the checkpoint reads."""
+    import gc
+
+    import torch
+
+    from .rules import Failure
+
+    calls: list = []
+    original = getattr(torch._C, "_dispatch_library", None)
+    if original is None:
+        return calls
+    all_ops = getattr(torch._C, "_dispatch_get_all_op_names", lambda: ["aten::", "prims::", "prim::"])
+    torch_namespaces = frozenset({"_"} | {name.split("::", 1)[0] for name in all_ops()})
+    str_, type_ = str, type
+
+    def library(kind, ns, *args, **kwargs):
+        if type_(kind) is not str_ or type_(ns) is not str_ or ns in ("aten", "_") or (kind == "IMPL" and ns in torch_namespaces):
+            calls.append(f"torch.library for {ns!s:.40} ({kind!s:.10})")
+            raise Failure("tampering", f"registers kernels in torch's own namespace {ns!s:.40} (torch.library {kind!s:.10}), "
+                                       "which is sealed in a solution's process")
+        return original(kind, ns, *args, **kwargs)
+
+    library.__name__ = library.__qualname__ = "_dispatch_library"
+    for holder in gc.get_referrers(original):
+        if type(holder) is dict:
+            for key, value in list(holder.items()):
+                if value is original:
+                    holder[key] = library
+    return calls
+
+
 # ----- module snapshot ---------------------------------------------------------------------------------------
 _SNAPSHOT_NAMES = frozenset({"builtins", "time", "os", "sys", "gc", "threading", "json", "hmac", "hashlib", "struct",
                              # what the guard and the channel lean on as well

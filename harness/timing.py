@@ -66,10 +66,12 @@ class TimingStats:
         return cls(statistics.median(samples), mean, std, min(samples), max(samples), len(samples), se_pct, timer, budget_hit)
 
 
-def make_timer(device: torch.device, mark) -> tuple:
+def make_timer(device: torch.device, mark, keys_changed=lambda: []) -> tuple:
     """The child's loops, as closures over primitives captured now (before the solution is imported):
     (warm_up, timed_batch, burst, queued, issue_probe, after_call, seal, sync, guarded). `mark` tells the
-    parent, on its own clock, that a timed batch's calls begin or that the device is done with them."""
+    parent, on its own clock, that a timed batch's calls begin or that the device is done with them.
+    `keys_changed()` names dispatch keys forward left switched on or off (guard.ThreadDispatchKeys): checked
+    after every call, before the harness's own copy dispatches."""
     is_cuda = device.type == "cuda"
     perf = time.perf_counter
     gc_module = __import__("gc")
@@ -127,6 +129,8 @@ def make_timer(device: torch.device, mark) -> tuple:
         """The rules the loop checks itself, then the copy of the output into the parent's slot."""
         if tf_depth() or td_depth():
             raise Failure("tampering", "a torch function or dispatch mode was left active by forward")
+        if keys_changed():  # the copy below would reach a kernel of the solution's (a backend fallback, the Python dispatcher)
+            raise Failure("tampering", "forward left dispatch keys switched on or off: " + keys_changed()[0])
         if is_cuda and current_stream(index)[0] != stream_id:
             raise Failure("escaped-timing", "forward left another CUDA stream current")
         if slot is None:
@@ -197,15 +201,17 @@ def make_timer(device: torch.device, mark) -> tuple:
             sync()
             mark()
             if not is_cuda:
-                times = []
+                # The CPU has no events, so no per-call figure it cannot steer: every call counts as the batch's
+                # mean, the output's copy and whatever the solution runs between its calls (a weakref callback at
+                # `del out`, work front-loaded into the first call) included.
+                t0 = perf()
                 for inputs, slot in zip_(sets, slots):
-                    t0 = perf()
                     out = fn(*inputs)
-                    times.append((perf() - t0) * 1e3)
                     after_call(out, slot)
                     del out
+                per_call = (perf() - t0) * 1e3 / max_(len_(sets), 1)
                 mark()
-                return times
+                return [per_call] * len_(sets)
             if device_sleep is not None:
                 device_sleep(BATCH_START_WAIT_CYCLES)
             events = issue(fn, sets, slots)

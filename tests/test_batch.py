@@ -199,7 +199,7 @@ def test_a_built_candidate_is_never_built_again_and_twins_build_once(tmp_path, m
     assert str(folder / "plain.py") not in outcomes
 
 
-@pytest.mark.parametrize("build_first", [False, True])
+@pytest.mark.parametrize("build_first", [False, pytest.param(True, marks=pytest.mark.slow)])  # one in `make test`
 def test_candidates_are_evaluated_as_their_builds_end(tmp_path, monkeypatch, build_first):
     """Builds overlap with the evaluation: a plain candidate is evaluated while another is still building, and
     the built one only once its build has ended; the builds see no GPU and run at a low priority. With
