@@ -152,9 +152,11 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     problem.module  # noqa: B018 - import the reference before the solution
     marked = lambda: send({"status": "mark"})  # noqa: E731 - the parent reads its own clock as each mark arrives
     # The serving thread's dispatch keys as they are now: forward must leave them so (checked after every call)
-    key_changes = guard.ThreadDispatchKeys().changes if kind == "solution" else (lambda: [])
+    thread_keys = guard.ThreadDispatchKeys()
+    key_changes = thread_keys.changes if kind == "solution" else (lambda expected=None: [])
     warm_up, timed_batch, burst_calls, queued_calls, issue_probe, after_call, seal, sync, guarded = timing.make_timer(
         device, marked, key_changes)
+    keys_now = thread_keys.now
     wire = messages.wire  # bound now: the replies never pass through a lookup the solution could redirect
     trace_kernels, kernel_summary = profiling.trace_kernels, profiling.kernel_summary
     # Bound now, for what the child reads after the solution's code and before the checkpoint (where a lookup
@@ -312,10 +314,14 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                 # the plain set it was (a subclass could answer `|` with nothing).
                 recorded = recorder.ops
                 with op_trace(activities=[ProfilerActivity.CPU]) as trace, recorder:
+                    keys = keys_now()
                     out = model(*inputs)
+                    # Copied while both records still run: what runs as they stop (torch's Python, which a patch
+                    # that undoes itself can reach) can no longer change what the parent gets.
+                    after_call(out, slot, 1, keys)
             else:
                 out = model(*inputs)
-            after_call(out, slot)
+                after_call(out, slot)
         sync()
         sizes = [storage_bytes(storage_of(out))] if type_(out) is tensor_type else []
         del out, inputs, slot

@@ -1013,14 +1013,18 @@ class ThreadDispatchKeys:
 
         C = torch._C
         included, excluded, raw = C._dispatch_tls_local_include_set, C._dispatch_tls_local_exclude_set, torch.DispatchKeySet.raw_repr
-        before = (raw(included()), raw(excluded()))
 
-        def changes() -> list:
-            if (raw(included()), raw(excluded())) == before:
+        def now() -> tuple:
+            return raw(included()), raw(excluded())
+
+        before = now()
+
+        def changes(expected=None) -> list:
+            if now() == (before if expected is None else expected):
                 return []
             return [f"dispatch keys left switched on or off in the serving thread (on: {included()}; off: {excluded()})"]
 
-        self.changes = changes
+        self.now, self.changes = now, changes
 
 
 class AtenKernels:

@@ -66,12 +66,12 @@ class TimingStats:
         return cls(statistics.median(samples), mean, std, min(samples), max(samples), len(samples), se_pct, timer, budget_hit)
 
 
-def make_timer(device: torch.device, mark, keys_changed=lambda: []) -> tuple:
+def make_timer(device: torch.device, mark, keys_changed=lambda expected=None: []) -> tuple:
     """The child's loops, as closures over primitives captured now (before the solution is imported):
     (warm_up, timed_batch, burst, queued, issue_probe, after_call, seal, sync, guarded). `mark` tells the
     parent, on its own clock, that a timed batch's calls begin or that the device is done with them.
-    `keys_changed()` names dispatch keys forward left switched on or off (guard.ThreadDispatchKeys): checked
-    after every call, before the harness's own copy dispatches."""
+    `keys_changed(expected)` names dispatch keys forward left switched on or off (guard.ThreadDispatchKeys.changes):
+    checked after every call, before the harness's own copy dispatches."""
     is_cuda = device.type == "cuda"
     perf = time.perf_counter
     gc_module = __import__("gc")
@@ -125,12 +125,15 @@ def make_timer(device: torch.device, mark, keys_changed=lambda: []) -> tuple:
         if is_cuda:
             device_sync()
 
-    def after_call(out, slot):
-        """The rules the loop checks itself, then the copy of the output into the parent's slot."""
-        if tf_depth() or td_depth():
+    def after_call(out, slot, modes=0, keys=None):
+        """The rules the loop checks itself, then the copy of the output into the parent's slot. A caller that has
+        dispatch modes of its own on (a trial's op recorder: `modes`, and the dispatch `keys` it saw before the
+        call) copies inside them, before they are switched off: torch's Python code that switches them off is
+        looked up as it runs, and a patch there that undoes itself would run after the recorders, unseen."""
+        if tf_depth() or td_depth() != modes:
             raise Failure("tampering", "a torch function or dispatch mode was left active by forward")
-        if keys_changed():  # the copy below would reach a kernel of the solution's (a backend fallback, the Python dispatcher)
-            raise Failure("tampering", "forward left dispatch keys switched on or off: " + keys_changed()[0])
+        if keys_changed(keys):  # the copy below would reach a kernel of the solution's (a backend fallback, the Python dispatcher)
+            raise Failure("tampering", "forward left dispatch keys switched on or off: " + keys_changed(keys)[0])
         if is_cuda and current_stream(index)[0] != stream_id:
             raise Failure("escaped-timing", "forward left another CUDA stream current")
         if slot is None:
