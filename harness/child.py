@@ -143,8 +143,6 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     from .channel import open_shared
     from .integrity import AtenOpRecorder, poison_freed
     from .problem import load_module, load_problem
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as op_trace
 
     kind, device = spec["kind"], torch.device(spec["device"])
     cpus = timing.pin_near_device(device)
@@ -163,12 +161,14 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     # could be redirected for one use): the op names' type, an output's storage size.
     type_, str_, set_, tensor_type = type, str, set, torch.Tensor
     storage_of, storage_bytes = torch._C.TensorBase.untyped_storage, torch._C.StorageBase.nbytes
-    profiler_result = torch._C._autograd._ProfilerResult  # what the op trace's results must be
+    profiler_result = torch._C._autograd._ProfilerResult  # what the kernel profile's results must be
+    trace_start, trace_stop = profiling.make_op_trace()
     is_solution = kind == "solution"
     if not is_solution:  # a baseline at fp32 computes in fp32: cuDNN's default TF32 convolutions miss fp32 tolerances
         torch.backends.cudnn.allow_tf32 = False
     hook_calls = guard.seal_frame_hooks() if is_solution else []
     library_calls = guard.seal_torch_library() if is_solution else []
+    profiler_calls, profiler_gate = guard.seal_profiler() if is_solution else ([], lambda is_open: None)
     snapshot_changes = guard.ModuleSnapshot().changes
     dispatch_changes = guard.DispatchTables(["aten::" + op for op in problem.core_aten_ops]).changes
     # Every aten op's kernels, at the load's checkpoint and at a secret eighth of the others (a kernel that serves
@@ -202,6 +202,8 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             return
         if hook_calls:
             raise Failure("introspection", f"after {phase}: called torch's {hook_calls[0]}, which is sealed in a solution's process")
+        if profiler_calls:
+            raise Failure("introspection", f"after {phase}: called torch's {profiler_calls[0]}, which is sealed in a solution's process")
         if library_calls:
             raise Failure("tampering", f"after {phase}: {library_calls[0]} registers kernels in torch's own namespace, "
                                        "which is sealed in a solution's process")
@@ -303,40 +305,42 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         """One correctness trial: the call (its aten ops recorded), its output copied into the slot."""
         model = model_for(msg["shape"])
         inputs, slot = opened(msg["inputs"]), open_shared(msg["slot"])
-        recorder = recorded = trace = None
+        recorder = recorded = traced = None
         if is_solution:
             recorder = AtenOpRecorder()
         with torch.no_grad():
             if recorder is not None:
-                # Two records of the aten ops: the dispatch mode, and the profiler's C++ callbacks, which a
-                # solution that steps around Python dispatch modes cannot switch off from Python. The mode is on
-                # torch's mode stack, where the solution can reach it: its set is held here too, and read as
-                # the plain set it was (a subclass could answer `|` with nothing).
+                # Two records of the aten ops: the dispatch mode, and the profiler's C++ callbacks (the one that
+                # counts: a solution can reach the mode on torch's mode stack and empty its set, never the trace's
+                # results, which only this frame holds). Its set is held here too, and read as the plain set it was.
                 recorded = recorder.ops
-                with op_trace(activities=[ProfilerActivity.CPU]) as trace, recorder:
-                    keys = keys_now()
-                    out = model(*inputs)
-                    # Copied while both records still run: what runs as they stop (torch's Python, which a patch
-                    # that undoes itself can reach) can no longer change what the parent gets.
-                    after_call(out, slot, 1, keys)
+                trace_start()
+                try:
+                    with recorder:
+                        keys = keys_now()
+                        out = model(*inputs)
+                        # Copied while both records still run: what runs as they stop (torch's Python, which a
+                        # patch that undoes itself can reach) can no longer change what the parent gets.
+                        after_call(out, slot, 1, keys)
+                finally:
+                    traced = trace_stop()
             else:
                 out = model(*inputs)
                 after_call(out, slot)
         sync()
         sizes = [storage_bytes(storage_of(out))] if type_(out) is tensor_type else []
         del out, inputs, slot
-        # Both records are read after the checkpoint (a class patched to hide an op for one read is still in place
-        # there) and held until the next request's release (a finalizer hung on them runs there, not after the send).
-        state["held"] = (recorder, recorded, trace)
+        # The dispatch mode's record is read after the checkpoint (a class patched to hide an op for one read is still
+        # in place there) and held until the next request's release (a finalizer hung on it runs there, not after the send).
+        state["held"] = (recorder, recorded)
 
         def reply():
             ops = []
             if recorder is not None:
                 if recorder.ops is not recorded or type_(recorded) is not set_:
                     raise Failure("tampering", "after the checked call: the op recorder's record was replaced")
-                if type_(getattr(trace.profiler, "kineto_results", None)) is not profiler_result:
-                    raise Failure("tampering", "after the checked call: the profiler's results are not torch's own")
-                traced = {e.name[len("aten::"):] for e in trace.events() if e.name.startswith("aten::")}
+                if traced is None:
+                    raise Failure("tampering", "during the checked call: the op trace was stopped or replaced")
                 plain = {op for op in recorded if type_(op) is str_}  # iterated, never compared: no solution code runs
                 ops = sorted(plain | traced)
             poison_freed(sizes if device.type == "cuda" else [])
@@ -381,8 +385,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     def profile(msg):
         model = model_for(msg["shape"])
         inputs = opened(msg["inputs"])
-        with torch.no_grad():
-            trace = trace_kernels(model, inputs)
+        profiler_gate(True)  # torch.profiler's own calls of the switches (forward's too: see the threat model)
+        try:
+            with torch.no_grad():
+                trace = trace_kernels(model, inputs)
+        finally:
+            profiler_gate(False)
         del inputs, model
         state["held"] = trace  # parsed after the checkpoint, as the trials' op traces are; dropped at the next release
 

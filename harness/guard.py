@@ -900,6 +900,49 @@ def seal_torch_library() -> list:
     return calls
 
 
+def seal_profiler() -> tuple:
+    """Replace torch's C++ profiler switches (_prepare_profiler, _enable_profiler, _disable_profiler) wherever a
+    dict holds them with versions that refuse a call while the gate is shut. A solution that stopped the trials'
+    op trace in forward would hold its results (and the secret name that marks them) and could begin a trace of
+    its own in its place; the trials drive the trace through the originals, bound before this runs
+    (profiling.make_op_trace). The gate opens only around the kernel profile, which runs through torch.profiler.
+    Call it in the solution's child before ModuleSnapshot() and install(). Returns (refused calls, gate(bool))."""
+    import gc
+
+    import torch
+
+    from .rules import Failure
+
+    calls, gate_open = [], [False]
+    autograd = torch._C._autograd
+    originals = {}
+    for name in ("_prepare_profiler", "_enable_profiler", "_disable_profiler"):
+        fn = getattr(autograd, name, None)
+        if fn is not None:
+            originals[id(fn)] = (name, fn)
+
+    def sealed(name, fn):
+        def switch(*args, **kwargs):
+            if gate_open[0]:
+                return fn(*args, **kwargs)
+            calls.append(name)
+            raise Failure("introspection", f"called torch's {name}, which is sealed in a solution's process")
+        switch.__name__ = switch.__qualname__ = name
+        return switch
+
+    replacements = {key: sealed(name, fn) for key, (name, fn) in originals.items()}
+    for holder in gc.get_referrers(*[fn for _, fn in originals.values()]):
+        if type(holder) is dict:
+            for key, value in list(holder.items()):
+                if id(value) in originals and value is originals[id(value)][1]:
+                    holder[key] = replacements[id(value)]
+
+    def gate(is_open: bool):
+        gate_open[0] = is_open
+
+    return calls, gate
+
+
 # ----- module snapshot ---------------------------------------------------------------------------------------
 _SNAPSHOT_NAMES = frozenset({"builtins", "time", "os", "sys", "gc", "threading", "json", "hmac", "hashlib", "struct",
                              # what the guard and the channel lean on as well
