@@ -679,16 +679,19 @@ class Run:
                 return [float(t) for t in reply.times_ms], marked_wall(marks, f"timing {label}"), whole
 
             samples, walls, wholes, start, batch = [], [], [], time.perf_counter(), 0
-            stats = None
+            batch_means, stats = [], None
             while True:
                 times, wall, whole = batch_request(batch, {"warmup_s": 0.1} if batch == 0 else {})
                 samples += times
+                batch_means.append(statistics.fmean(times))
                 if batch:
                     walls.append(wall)
                     wholes.append(whole)
                 else:  # the budget is for timed batches: not the warm-up, nor the compile a first call may do
                     start = time.perf_counter()
                 stats = TimingStats.from_samples(samples, "cuda-events" if is_cuda else "wall-clock")
+                if not is_cuda:  # a CPU call's figure is its batch's mean: the spread that counts is between batches
+                    stats.se_pct = TimingStats.from_samples(batch_means, "wall-clock").se_pct if len(batch_means) > 2 else 100.0
                 enough = len(samples) >= config.min_reps and (stats.se_pct < 1.0 or len(samples) >= 2000)
                 stats.budget_hit = not enough and time.perf_counter() - start > config.budget_s and len(samples) >= config.min_reps
                 last = enough or stats.budget_hit
