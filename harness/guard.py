@@ -817,16 +817,43 @@ _FRAME_HOOK_SETTERS = ("set_eval_frame", "set_bytecode_debugger_callback", "set_
                        "set_code_exec_strategy", "_get_frame_value_stack_with_depth", "raise_sigtrap")
 
 
+def _swap_everywhere(swaps: dict) -> None:
+    """Put each replacement where its original was, wherever a dict (as a value or as a key), a list or a set
+    holds it: {id(original): (original, replacement)}. A container missed would hand the solution the original
+    (torch._dynamo's rule map holds torch._C functions as keys)."""
+    import gc
+
+    def swapped(item):
+        entry = swaps.get(id(item))
+        return entry[1] if entry is not None and item is entry[0] else None
+
+    for holder in gc.get_referrers(*[original for original, _ in swaps.values()]):
+        kind = type(holder)
+        if kind is dict:
+            for key, value in list(holder.items()):
+                if swapped(value) is not None:
+                    holder[key] = swapped(value)
+                if swapped(key) is not None:
+                    holder[swapped(key)] = holder.pop(key)
+        elif kind is list:
+            for i, value in enumerate(holder):
+                if swapped(value) is not None:
+                    holder[i] = swapped(value)
+        elif kind is set:
+            for value in list(holder):
+                if swapped(value) is not None:
+                    holder.discard(value)
+                    holder.add(swapped(value))
+
+
 def seal_frame_hooks() -> list:
-    """Replace torch's frame-evaluation setters wherever a dict holds them (torch._C._dynamo.eval_frame,
+    """Replace torch's frame-evaluation setters wherever they are held (torch._C._dynamo.eval_frame,
     torch._dynamo.eval_frame, torch._dynamo.decorators...) with a refusal, so that the solution cannot
     reach the originals: an installed hook is handed every frame that runs next, the guard's included, with
     no audit event. Setting no hook stays a no-op (torch's own helpers call set_eval_frame(None) to keep
     dynamo out, and no hook is ever installed here). Call it in the solution's child before ModuleSnapshot()
     and before install(); torch.compile cannot run afterwards. Returns the list of refused calls, which the
     child's checkpoint reads (a solution that catches the refusal is still judged)."""
-    import gc
-
     from .rules import Failure
 
     calls: list = []
@@ -853,25 +880,18 @@ def seal_frame_hooks() -> list:
         refuse.__name__ = refuse.__qualname__ = name
         return refuse
 
-    for holder in gc.get_referrers(*[fn for _, fn in originals.values()]):
-        if type(holder) is not dict:
-            continue  # module and class dicts, registries; frames and tuples here are this call's own
-        for key, value in list(holder.items()):
-            if id(value) in originals and value is originals[id(value)][1]:
-                holder[key] = refusal(originals[id(value)][0])
+    _swap_everywhere({key: (fn, refusal(name)) for key, (name, fn) in originals.items()})
     return calls
 
 
 def seal_torch_library() -> list:
-    """Replace torch._C._dispatch_library, wherever a dict holds it, with a version that refuses torch's own
+    """Replace torch._C._dispatch_library, wherever it is held, with a version that refuses torch's own
     namespaces: no library for aten (nor "_", whose IMPL registers backend fallbacks), and no IMPL library for
     any namespace torch already has. A kernel of the solution's for one of torch's ops would run inside the
     harness's own calls of it (the copy into the slot, the mapping of the inputs), and one removed again by a
     finalizer before the checkpoint leaves no trace there. A solution's own namespace (torch.library.custom_op
     "mylib::op") is its to use, and torch's own lazy FRAGMENTs (prims) pass. Call it in the solution's child
     before ModuleSnapshot() and install(). Returns the list of refused calls, which the checkpoint reads."""
-    import gc
-
     import torch
 
     from .rules import Failure
@@ -892,23 +912,17 @@ def seal_torch_library() -> list:
         return original(kind, ns, *args, **kwargs)
 
     library.__name__ = library.__qualname__ = "_dispatch_library"
-    for holder in gc.get_referrers(original):
-        if type(holder) is dict:
-            for key, value in list(holder.items()):
-                if value is original:
-                    holder[key] = library
+    _swap_everywhere({id(original): (original, library)})
     return calls
 
 
 def seal_profiler() -> tuple:
-    """Replace torch's C++ profiler switches (_prepare_profiler, _enable_profiler, _disable_profiler) wherever a
-    dict holds them with versions that refuse a call while the gate is shut. A solution that stopped the trials'
-    op trace in forward would hold its results (and the secret name that marks them) and could begin a trace of
-    its own in its place; the trials drive the trace through the originals, bound before this runs
-    (profiling.make_op_trace). The gate opens only around the kernel profile, which runs through torch.profiler.
+    """Replace torch's C++ profiler switches (_prepare_profiler, _enable_profiler, _disable_profiler, the legacy
+    pair, _clear_callbacks, which drops the trace's callbacks) wherever they are held with versions that refuse a
+    call while the gate is shut. A solution that stopped the trials' op trace in forward would hold its results
+    (and the secret name that marks them) and could begin a trace of its own in its place; the trials drive the
+    trace through the originals, bound before this runs (profiling.make_op_trace). The gate opens only around the kernel profile, which runs through torch.profiler.
     Call it in the solution's child before ModuleSnapshot() and install(). Returns (refused calls, gate(bool))."""
-    import gc
-
     import torch
 
     from .rules import Failure
@@ -916,7 +930,8 @@ def seal_profiler() -> tuple:
     calls, gate_open = [], [False]
     autograd = torch._C._autograd
     originals = {}
-    for name in ("_prepare_profiler", "_enable_profiler", "_disable_profiler"):
+    for name in ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_clear_callbacks",
+                 "_enable_profiler_legacy", "_disable_profiler_legacy", "_set_empty_test_observer"):
         fn = getattr(autograd, name, None)
         if fn is not None:
             originals[id(fn)] = (name, fn)
@@ -930,12 +945,7 @@ def seal_profiler() -> tuple:
         switch.__name__ = switch.__qualname__ = name
         return switch
 
-    replacements = {key: sealed(name, fn) for key, (name, fn) in originals.items()}
-    for holder in gc.get_referrers(*[fn for _, fn in originals.values()]):
-        if type(holder) is dict:
-            for key, value in list(holder.items()):
-                if id(value) in originals and value is originals[id(value)][1]:
-                    holder[key] = replacements[id(value)]
+    _swap_everywhere({key: (fn, sealed(name, fn)) for key, (name, fn) in originals.items()})
 
     def gate(is_open: bool):
         gate_open[0] = is_open

@@ -21,8 +21,8 @@ def make_op_trace():
     """The correctness trials' op trace, driven through torch's C++ profiler calls captured now, before the
     solution is imported, never through torch.profiler's Python (whose methods a solution can patch for one
     use, or shadow on the instance, after the checkpoint too). Returns (start, stop). start() begins a trace
-    and marks it with a secret name; stop() ends it and returns the aten op names it saw, or None when the
-    trace that ends is not the one start() began (forward stopped it, or stopped it and began its own)."""
+    and marks it with a secret name; stop() marks it again, ends it and returns the aten op names it saw, or
+    None when either mark is missing (forward stopped the trace, began its own, or left it deaf)."""
     import os
 
     autograd = torch._C._autograd
@@ -34,22 +34,25 @@ def make_op_trace():
     mark_enter = torch.ops.profiler._record_function_enter_new.default._op  # the C++ ops, not their Python wrappers
     mark_exit = torch.ops.profiler._record_function_exit._RecordFunction._op
     urandom, str_, type_, result_type = os.urandom, str, type, autograd._ProfilerResult
-    secret = [""]
+    secrets = ["", ""]
 
     def start():
-        secret[0] = "harness-trace-" + urandom(12).hex()
+        secrets[:] = ["harness-trace-" + urandom(12).hex() for _ in range(2)]
         prepare(config, activities)
         enable(config, activities)
-        mark_exit(mark_enter(secret[0], None))
+        mark_exit(mark_enter(secrets[0], None))
 
     def stop():
+        """The ops seen, or None unless both marks are in: the first (the trace is start()'s) and a second made
+        now (it still records: a solution that dropped its callbacks left it deaf since)."""
         if not running():
             return None
+        mark_exit(mark_enter(secrets[1], None))
         result = disable()
         if type_(result) is not result_type:
             return None
         names = [name_of(event) for event in events_of(result)]
-        if secret[0] not in names:
+        if secrets[0] not in names or secrets[1] not in names:
             return None
         return {name[6:] for name in names if type_(name) is str_ and name.startswith("aten::")}
 
