@@ -921,8 +921,9 @@ def seal_profiler() -> tuple:
     pair, _clear_callbacks, which drops the trace's callbacks) wherever they are held with versions that refuse a
     call while the gate is shut. A solution that stopped the trials' op trace in forward would hold its results
     (and the secret name that marks them) and could begin a trace of its own in its place; the trials drive the
-    trace through the originals, bound before this runs (profiling.make_op_trace). The gate opens only around the kernel profile, which runs through torch.profiler.
-    Call it in the solution's child before ModuleSnapshot() and install(). Returns (refused calls, gate(bool))."""
+    trace through the originals, bound before this runs (profiling.make_op_trace). The gate opens only around
+    the kernel profile, which runs through torch.profiler. Call it in the solution's child before
+    ModuleSnapshot() and install(). Returns (refused calls, gate(bool))."""
     import torch
 
     from .rules import Failure
