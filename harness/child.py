@@ -200,13 +200,9 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         """The checkpoint after every phase that ran solution code."""
         if not is_solution:
             return
-        if hook_calls:
-            raise Failure("introspection", f"after {phase}: called torch's {hook_calls[0]}, which is sealed in a solution's process")
-        if profiler_calls:
-            raise Failure("introspection", f"after {phase}: called torch's {profiler_calls[0]}, which is sealed in a solution's process")
-        if library_calls:
-            raise Failure("tampering", f"after {phase}: {library_calls[0]} registers kernels in torch's own namespace, "
-                                       "which is sealed in a solution's process")
+        for refused in (hook_calls, profiler_calls, library_calls):  # calls of sealed functions, even those caught
+            if refused:
+                raise Failure(refused[0].rule, f"after {phase}: {refused[0].reason}")
         changed = snapshot_changes() + dispatch_changes() + key_changes()
         if phase == "loading" or urandom(1)[0] < 32:
             changed += aten_changes()

@@ -852,8 +852,8 @@ def seal_frame_hooks() -> list:
     reach the originals: an installed hook is handed every frame that runs next, the guard's included, with
     no audit event. Setting no hook stays a no-op (torch's own helpers call set_eval_frame(None) to keep
     dynamo out, and no hook is ever installed here). Call it in the solution's child before ModuleSnapshot()
-    and before install(); torch.compile cannot run afterwards. Returns the list of refused calls, which the
-    child's checkpoint reads (a solution that catches the refusal is still judged)."""
+    and before install(); torch.compile cannot run afterwards. Returns the refusals (each the Failure raised),
+    which the child's checkpoint reads (a solution that catches the refusal is still judged)."""
     from .rules import Failure
 
     calls: list = []
@@ -875,8 +875,8 @@ def seal_frame_hooks() -> list:
         def refuse(*args, **kwargs):
             if not kwargs and all(a is None for a in args):
                 return None
-            calls.append(name)
-            raise Failure("introspection", f"called torch's {name}, which is sealed in a solution's process")
+            calls.append(Failure("introspection", f"called torch's {name}, which is sealed in a solution's process"))
+            raise calls[-1]
         refuse.__name__ = refuse.__qualname__ = name
         return refuse
 
@@ -891,7 +891,7 @@ def seal_torch_library() -> list:
     harness's own calls of it (the copy into the slot, the mapping of the inputs), and one removed again by a
     finalizer before the checkpoint leaves no trace there. A solution's own namespace (torch.library.custom_op
     "mylib::op") is its to use, and torch's own lazy FRAGMENTs (prims) pass. Call it in the solution's child
-    before ModuleSnapshot() and install(). Returns the list of refused calls, which the checkpoint reads."""
+    before ModuleSnapshot() and install(). Returns the refusals (each the Failure raised), which the checkpoint reads."""
     import torch
 
     from .rules import Failure
@@ -906,9 +906,9 @@ def seal_torch_library() -> list:
 
     def library(kind, ns, *args, **kwargs):
         if type_(kind) is not str_ or type_(ns) is not str_ or ns in ("aten", "_") or (kind == "IMPL" and ns in torch_namespaces):
-            calls.append(f"torch.library for {ns!s:.40} ({kind!s:.10})")
-            raise Failure("tampering", f"registers kernels in torch's own namespace {ns!s:.40} (torch.library {kind!s:.10}), "
-                                       "which is sealed in a solution's process")
+            calls.append(Failure("tampering", f"registers kernels in torch's own namespace {ns!s:.40} (torch.library "
+                                              f"{kind!s:.10}), which is sealed in a solution's process"))
+            raise calls[-1]
         return original(kind, ns, *args, **kwargs)
 
     library.__name__ = library.__qualname__ = "_dispatch_library"
@@ -923,7 +923,7 @@ def seal_profiler() -> tuple:
     (and the secret name that marks them) and could begin a trace of its own in its place; the trials drive the
     trace through the originals, bound before this runs (profiling.make_op_trace). The gate opens only around
     the kernel profile, which runs through torch.profiler. Call it in the solution's child before
-    ModuleSnapshot() and install(). Returns (refused calls, gate(bool))."""
+    ModuleSnapshot() and install(). Returns (the refusals, each the Failure raised; gate(bool))."""
     import torch
 
     from .rules import Failure
@@ -941,8 +941,8 @@ def seal_profiler() -> tuple:
         def switch(*args, **kwargs):
             if gate_open[0]:
                 return fn(*args, **kwargs)
-            calls.append(name)
-            raise Failure("introspection", f"called torch's {name}, which is sealed in a solution's process")
+            calls.append(Failure("introspection", f"called torch's {name}, which is sealed in a solution's process"))
+            raise calls[-1]
         switch.__name__ = switch.__qualname__ = name
         return switch
 

@@ -260,9 +260,7 @@ class Worker:
                                                     "nothing the solution starts may outlive the call that started it")
             report = self._guard_report()  # the child lives: a copy of it (a raw fork) met the guard
             if report:
-                rule, _, reason = report.partition("\t")
-                raise Failure(rule if rule in GUARD else "introspection",
-                              f"{reason.strip()[:500]} (in a process the solution started, while {phase})")
+                raise self._guard_failure(report, f"in a process the solution started, while {phase}")
         return messages.read(reply_type, reply, phase) if reply_type is not None else reply
 
     def _last_words(self) -> dict | None:
@@ -279,14 +277,18 @@ class Worker:
             self.kill()
             code = self.process.returncode
         if code == GUARD_EXIT:
-            text = self._guard_report()
-            rule, _, reason = text.partition("\t")
-            if rule in GUARD and reason:
-                return Failure(rule, f"{reason.strip()[:500]} (while {phase})")
-            return Failure("introspection", f"killed by the runtime guard while {phase}")
+            return self._guard_failure(self._guard_report(), f"while {phase}")
         if code is not None and code < 0:
             return Failure("crash", f"process killed by {_signal_name(code)} while {phase}")
         return Failure("crash", f"process exited (status {code}) while {phase}")
+
+    @staticmethod
+    def _guard_failure(report: str, where: str) -> Failure:
+        """The rule and reason of the guard's "rule<TAB>reason" line; a line that says neither is still the guard's."""
+        rule, _, reason = report.partition("\t")
+        if rule in GUARD and reason:
+            return Failure(rule, f"{reason.strip()[:500]} ({where})")
+        return Failure("introspection", f"killed by the runtime guard {where}")
 
     def _guard_report(self) -> str:
         os.set_blocking(self.guard_r, False)
