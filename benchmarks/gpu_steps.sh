@@ -3,7 +3,11 @@
 # Steps run in the order given, from the repository root; each step's log goes to $OUT (a failed step does not
 # stop the next). Steps:
 #   wheels         install the optional comparison libraries (quack, Liger and what they need) offline from
-#                  $WHEELS/*.whl into $SITE; later steps, in this call and later ones, import from there
+#                  $WHEELS/*.whl into $SITE; later steps, in this call and later ones, import from there. A wheel
+#                  over one call's carry limit travels split (split -n 2 -d W.whl $WHEELS/W.whl.part, one part
+#                  per call, each part copied to $WHEELS there by the call that carries it): parts are joined first.
+#                  quack 0.6.5 needs nvidia-cutlass-dsl and its libs-base, libs-core and libs-cu12 wheels (the
+#                  Python package `cutlass` is in libs-core), apache-tvm-ffi, torch-c-dlpack-ext and einops
 #   restore        unpack a build cache that `pack` wrote ($BUILD_CACHE), so that `build` rebuilds nothing
 #   build          build every solution's extension in parallel (python -m harness build)
 #   eval:PROBLEM   make eval PROBLEM=PROBLEM (extra arguments in $EVAL_ARGS); results/ as the run leaves it
@@ -91,6 +95,9 @@ for step in "$@"; do
   case "$step" in
     wheels)
       log "wheels from $WHEELS into $SITE"
+      for first in "$WHEELS"/*.whl.part00; do
+        [ -e "$first" ] && cat "${first%00}"?? > "${first%.part00}" && rm "${first%00}"??
+      done
       "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$WHEELS"/*.whl 2>&1 | tail -3
       mkdir -p "$SITE/.custom" && echo "import site; site.addsitedir('$SITE')" > "$SITE/.custom/sitecustomize.py"
       export PYTHONPATH="$SITE/.custom${PYTHONPATH:+:$PYTHONPATH}"

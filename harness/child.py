@@ -156,19 +156,19 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         device, marked, key_changes)
     keys_now = thread_keys.now
     wire = messages.wire  # bound now: the replies never pass through a lookup the solution could redirect
-    trace_kernels, kernel_summary = profiling.trace_kernels, profiling.kernel_summary
+    kernel_summary, aten_ops = profiling.kernel_summary, profiling.aten_ops
     # Bound now, for what the child reads after the solution's code and before the checkpoint (where a lookup
     # could be redirected for one use): the op names' type, an output's storage size.
     type_, str_, set_, tensor_type = type, str, set, torch.Tensor
     storage_of, storage_bytes = torch._C.TensorBase.untyped_storage, torch._C.StorageBase.nbytes
-    profiler_result = torch._C._autograd._ProfilerResult  # what the kernel profile's results must be
     trace_start, trace_stop = profiling.make_op_trace()
+    kernel_start, kernel_stop = profiling.make_kernel_trace() if device.type == "cuda" else (None, None)
     is_solution = kind == "solution"
     if not is_solution:  # a baseline at fp32 computes in fp32: cuDNN's default TF32 convolutions miss fp32 tolerances
         torch.backends.cudnn.allow_tf32 = False
     hook_calls = guard.seal_frame_hooks() if is_solution else []
     library_calls = guard.seal_torch_library() if is_solution else []
-    profiler_calls, profiler_gate = guard.seal_profiler() if is_solution else ([], lambda is_open: None)
+    profiler_calls = guard.seal_profiler() if is_solution else []
     snapshot_changes = guard.ModuleSnapshot().changes
     dispatch_changes = guard.DispatchTables(["aten::" + op for op in problem.core_aten_ops]).changes
     # Every aten op's kernels, at the load's checkpoint and at a secret eighth of the others (a kernel that serves
@@ -379,21 +379,31 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         return lambda: messages.QueuedReply(device_ms)
 
     def profile(msg):
+        """Two calls under the kernel trace (CPU ops and GPU activity), the second's output then copied into the
+        slot: the profiled calls are checked as a trial is, their ops and their output. The copy follows the
+        trace's end, which runs no Python (so no solution code), to keep the harness's copy out of the kernels."""
         model = model_for(msg["shape"])
-        inputs = opened(msg["inputs"])
-        profiler_gate(True)  # torch.profiler's own calls of the switches (forward's too: see the threat model)
+        inputs, slot = opened(msg["inputs"]), open_shared(msg["slot"])
+        out = None
+        sync()
+        kernel_start()
         try:
             with torch.no_grad():
-                trace = trace_kernels(model, inputs)
+                keys = keys_now()
+                model(*inputs)
+                out = model(*inputs)
+                sync()
         finally:
-            profiler_gate(False)
-        del inputs, model
-        state["held"] = trace  # parsed after the checkpoint, as the trials' op traces are; dropped at the next release
+            rows = kernel_stop()
+        with torch.no_grad():
+            after_call(out, slot, 0, keys)
+        sync()
+        del out, inputs, slot, model
 
         def reply():
-            if type_(getattr(trace.profiler, "kineto_results", None)) is not profiler_result:
-                raise Failure("tampering", "after the profiled calls: the profiler's results are not torch's own")
-            return messages.ProfileReply(**kernel_summary(trace))
+            if rows is None:
+                raise Failure("tampering", "during the profiled calls: the kernel trace was stopped or replaced")
+            return messages.ProfileReply(ops=sorted(aten_ops(rows)), **kernel_summary(rows))
         return reply
 
     def probe(_msg):

@@ -626,8 +626,8 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             if i >= _len(args):
                 continue
             path = plain(args[i])
-            if path is None and event == "os.truncate" and _type(args[i]) is _int:
-                path = descriptor_path(args[i])  # ftruncate: judged by the file the descriptor holds
+            if path is None and _type(args[i]) is _int:
+                path = descriptor_path(args[i])  # ftruncate, fchmod...: judged by the file the descriptor holds
             if path is None:
                 continue
             if path is False:
@@ -744,6 +744,8 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             return judge_write(event, args, chain_of)
         if event in list_events or event == "os.chdir":
             path = plain(args[0]) if args else None
+            if path is None and args and _type(args[0]) is _int:
+                path = descriptor_path(args[0])  # listdir(fd), fchdir: the folder the descriptor holds
             if not path:
                 return None
             full = resolve(path)
@@ -916,19 +918,19 @@ def seal_torch_library() -> list:
     return calls
 
 
-def seal_profiler() -> tuple:
+def seal_profiler() -> list:
     """Replace torch's C++ profiler switches (_prepare_profiler, _enable_profiler, _disable_profiler, the legacy
-    pair, _clear_callbacks, which drops the trace's callbacks) wherever they are held with versions that refuse a
-    call while the gate is shut. A solution that stopped the trials' op trace in forward would hold its results
-    (and the secret name that marks them) and could begin a trace of its own in its place; the trials drive the
-    trace through the originals, bound before this runs (profiling.make_op_trace). The gate opens only around
-    the kernel profile, which runs through torch.profiler. Call it in the solution's child before
-    ModuleSnapshot() and install(). Returns (the refusals, each the Failure raised; gate(bool))."""
+    pair, _clear_callbacks, which drops the trace's callbacks) wherever they are held with versions that refuse
+    every call. A solution that stopped a trace of the harness's in forward would hold its results (and the secret
+    name that marks them) and could begin a trace of its own in its place; the harness drives its traces through
+    the originals, bound before this runs (profiling._make_trace), and torch.profiler's Python is never used in a
+    solution's process. Call it in the solution's child before ModuleSnapshot() and install(). Returns the
+    refusals, each the Failure raised."""
     import torch
 
     from .rules import Failure
 
-    calls, gate_open = [], [False]
+    calls = []
     autograd = torch._C._autograd
     originals = {}
     for name in ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_clear_callbacks",
@@ -937,21 +939,15 @@ def seal_profiler() -> tuple:
         if fn is not None:
             originals[id(fn)] = (name, fn)
 
-    def sealed(name, fn):
+    def sealed(name):
         def switch(*args, **kwargs):
-            if gate_open[0]:
-                return fn(*args, **kwargs)
             calls.append(Failure("introspection", f"called torch's {name}, which is sealed in a solution's process"))
             raise calls[-1]
         switch.__name__ = switch.__qualname__ = name
         return switch
 
-    _swap_everywhere({key: (fn, sealed(name, fn)) for key, (name, fn) in originals.items()})
-
-    def gate(is_open: bool):
-        gate_open[0] = is_open
-
-    return calls, gate
+    _swap_everywhere({key: (fn, sealed(name)) for key, (name, fn) in originals.items()})
+    return calls
 
 
 # ----- module snapshot ---------------------------------------------------------------------------------------

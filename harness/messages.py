@@ -71,10 +71,12 @@ class Queued(Request):
 
 @dataclasses.dataclass(frozen=True)
 class Profile(Request):
-    """One call under the profiler: which kernels ran, and the solution's own share."""
+    """Two calls under the kernel trace: which kernels ran, the solution's own share; the second call's output
+    goes to the slot, to be checked as a trial's is."""
     cmd: typing.ClassVar[str] = "profile"
     shape: str
     inputs: list
+    slot: dict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +121,7 @@ class QueuedReply:
 
 @dataclasses.dataclass(frozen=True)
 class ProfileReply:
+    ops: list  # the aten ops the profiled calls ran, as a trial's
     kernel_count: int
     own_kernels: int
     own_share: float
@@ -130,7 +133,8 @@ class ProbeReply:
     probe_us: float
 
 
-_ITEM_TYPES = {(CallReply, "ops"): str, (TimeReply, "times_ms"): float, (ProfileReply, "kernels"): dict}
+_ITEM_TYPES = {(CallReply, "ops"): str, (TimeReply, "times_ms"): float, (ProfileReply, "kernels"): dict,
+               (ProfileReply, "ops"): str}
 
 
 def _fits(value, kind) -> bool:

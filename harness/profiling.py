@@ -17,33 +17,38 @@ LIBRARY_KERNEL = re.compile(
 )
 
 
-def make_op_trace():
-    """The correctness trials' op trace, driven through torch's C++ profiler calls captured now, before the
-    solution is imported, never through torch.profiler's Python (whose methods a solution can patch for one
-    use, or shadow on the instance, after the checkpoint too). Returns (start, stop). start() begins a trace
-    and marks it with a secret name; stop() marks it again, ends it and returns the aten op names it saw, or
-    None when either mark is missing (forward stopped the trace, began its own, or left it deaf)."""
+def _make_trace(cuda: bool):
+    """A trace driven through torch's C++ profiler calls captured now, before the solution is imported, never
+    through torch.profiler's Python (whose methods a solution can patch for one use, or shadow on the instance,
+    after the checkpoint too). Returns (start, stop). start() begins a trace and marks it with a secret name;
+    stop() marks it again, ends it and returns its events as (name, on_gpu, nanoseconds) rows, or None when
+    either mark is missing (forward stopped the trace, began its own, or left it deaf). `cuda` adds the GPU's
+    activity: kernels, copies and fills, each with its time on the device."""
     import os
 
     autograd = torch._C._autograd
-    template = torch.autograd.profiler.profile(use_kineto=True)  # never entered: its settings alone (CPU ops)
+    # never entered: its settings alone (CPU ops, and the GPU's activity with `cuda`)
+    template = torch.autograd.profiler.profile(use_kineto=True, use_device="cuda" if cuda else None)
     config, activities = template.config(), template.kineto_activities
     prepare, enable, disable, running = (autograd._prepare_profiler, autograd._enable_profiler,
                                          autograd._disable_profiler, autograd._profiler_enabled)
-    events_of, name_of = autograd._ProfilerResult.events, autograd._KinetoEvent.name
+    event = autograd._KinetoEvent
+    events_of, name_of, device_of, duration_of = (autograd._ProfilerResult.events, event.name, event.device_type,
+                                                  event.duration_ns)
+    gpu = autograd.DeviceType.CUDA
     mark_enter = torch.ops.profiler._record_function_enter_new.default._op  # the C++ ops, not their Python wrappers
     mark_exit = torch.ops.profiler._record_function_exit._RecordFunction._op
-    urandom, str_, type_, result_type = os.urandom, str, type, autograd._ProfilerResult
+    urandom, result_type, type_ = os.urandom, autograd._ProfilerResult, type
     secrets = ["", ""]
 
     def start():
-        secrets[:] = ["harness-trace-" + urandom(12).hex() for _ in range(2)]
+        secrets[:] = ["harness-trace-" + urandom(12).hex(), "harness-trace-" + urandom(12).hex()]
         prepare(config, activities)
         enable(config, activities)
         mark_exit(mark_enter(secrets[0], None))
 
     def stop():
-        """The ops seen, or None unless both marks are in: the first (the trace is start()'s) and a second made
+        """The events, or None unless both marks are in: the first (the trace is start()'s) and a second made
         now (it still records: a solution that dropped its callbacks left it deaf since)."""
         if not running():
             return None
@@ -51,47 +56,50 @@ def make_op_trace():
         result = disable()
         if type_(result) is not result_type:
             return None
-        names = [name_of(event) for event in events_of(result)]
+        rows = [(name_of(e), device_of(e) == gpu, duration_of(e)) for e in events_of(result)]
+        names = {row[0] for row in rows}
         if secrets[0] not in names or secrets[1] not in names:
             return None
-        return {name[6:] for name in names if type_(name) is str_ and name.startswith("aten::")}
+        return rows
 
     return start, stop
 
 
-def _device_time_us(event) -> float:
-    for attr in ("device_time_total", "cuda_time_total", "self_device_time_total"):
-        value = getattr(event, attr, None)
-        if value:
-            return float(value)
-    return 0.0
+def aten_ops(rows, type_=type, str_=str) -> set:
+    """The aten op names in a trace's rows (CPU events named aten::...). It looks nothing up as it runs (its
+    builtins are bound as defaults): the op trace calls it before the checkpoint."""
+    return {name[6:] for name, on_gpu, _ in rows if not on_gpu and type_(name) is str_ and name.startswith("aten::")}
 
 
-def trace_kernels(fn, inputs, calls: int = 2):
-    """Run `calls` calls under the CUDA profiler and return the profile, unparsed: the child parses it after
-    its checkpoint (kernel_summary), where a patch that would forge the parse for one use is still in place."""
-    from torch.profiler import ProfilerActivity, profile
+def make_op_trace():
+    """The correctness trials' op trace (see _make_trace): stop() returns the aten op names seen, or None.
+    Its stop runs before the checkpoint, so it looks nothing up at run time (a module's or builtins' name
+    patched for one use would be whole again there): what it calls is bound now."""
+    start, stop_rows = _make_trace(cuda=False)
+    names_in = aten_ops
 
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn(*inputs)
-        torch.cuda.synchronize()
-    return prof
+    def stop():
+        rows = stop_rows()
+        return None if rows is None else names_in(rows)
+
+    return start, stop
 
 
-def kernel_summary(prof, calls: int = 2) -> dict:
-    """The kernels of a trace_kernels profile: time per call each, whose they are, the solution's share."""
-    kernels = []
-    for event in prof.key_averages():
-        device_type = str(getattr(event, "device_type", ""))
-        if "CUDA" not in device_type:
-            continue
-        time_us = _device_time_us(event)
-        if time_us <= 0:
-            continue
-        kernels.append({"name": event.key[:160], "calls": int(event.count), "us": time_us / calls,
-                        "own": not LIBRARY_KERNEL.search(event.key)})
+def make_kernel_trace():
+    """The kernel profile's trace, CPU ops and GPU activity alike (see _make_trace): stop() returns its rows,
+    for aten_ops and kernel_summary, or None."""
+    return _make_trace(cuda=True)
+
+
+def kernel_summary(rows, calls: int = 2) -> dict:
+    """The GPU activity of a kernel trace: each kernel's time per call, whose it is, the solution's share."""
+    per_name = {}
+    for name, on_gpu, duration_ns in rows:
+        if on_gpu and duration_ns > 0:
+            count, total = per_name.get(name, (0, 0))
+            per_name[name] = (count + 1, total + duration_ns)
+    kernels = [{"name": str(name)[:160], "calls": count, "us": total / 1e3 / calls, "own": not LIBRARY_KERNEL.search(name)}
+               for name, (count, total) in per_name.items()]
     kernels.sort(key=lambda k: -k["us"])
     total = sum(k["us"] for k in kernels)
     own = sum(k["us"] for k in kernels if k["own"])
@@ -100,5 +108,16 @@ def kernel_summary(prof, calls: int = 2) -> dict:
 
 
 def profile_kernels(fn, inputs, calls: int = 2) -> dict:
-    """trace_kernels and kernel_summary in one (for callers with no checkpoint between)."""
-    return kernel_summary(trace_kernels(fn, inputs, calls), calls)
+    """kernel_summary of `calls` calls (for the lab, which has no checkpoint to keep)."""
+    start, stop = make_kernel_trace()
+    torch.cuda.synchronize()
+    start()
+    try:
+        for _ in range(calls):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    finally:
+        rows = stop()
+    if rows is None:
+        raise RuntimeError("the kernel trace was stopped or replaced during the calls")
+    return kernel_summary(rows, calls)

@@ -38,7 +38,8 @@ RULES = (
     Rule(("tampering",), "torch, harness or core module dicts changed, a torch mode or a signal handler left behind", True),
     Rule(("bad-reply",), "a message from the child that is malformed, forged or names a rule no solution can earn", False),
     Rule(("not-custom-kernel",), "forward dispatched the problem's own aten op (a dispatch mode and the profiler's C++ "
-                                 "callbacks record them), or the profiler saw no kernel of its own at a timing shape", False),
+                                 "callbacks record them, in the trials and the profiled calls), or the profile at a timing "
+                                 "shape saw no kernel of its own, or its own kernels took under half the GPU time", False),
     Rule(("harness-error",), "the checker itself failed (e.g. out of memory computing the reference): not a verdict on "
                              "the solution, and the run goes on", False),
 )

@@ -580,11 +580,7 @@ class Run:
                     self._sync()
                     reply = worker.request(messages.Call(shape.name, described, describe_shared(slot)), self.config.call_timeout_s,
                                            f"running {shape.name} {label}", messages.CallReply)
-                    used = sorted(set(reply.ops) & set(problem.core_aten_ops))
-                    if used and problem.custom != "partial":
-                        raise Failure("not-custom-kernel", f"forward calls the reference's own op(s) aten::{', aten::'.join(used)}")
-                    if used:  # custom: partial allows some of the reference's ops beside kernels of its own
-                        record.uses_reference_ops = True
+                    self._judge_ops(problem, record, reply.ops)
                     where = " (inputs share their first and last elements with the previous trial: a cached result?)" if probe_from else ""
                     summary = self._verify(problem, shape, seed, slot, inputs, f"{shape.name} ({shape.dtype}), {label}{where}", "", probe_from)
                     for key, value in summary.items():
@@ -780,15 +776,32 @@ class Run:
             self._verify(problem, shape, seed_of(batch, i), slots[i], buffers[i], label, "a queued call")
         return float(device_ms)
 
+    @staticmethod
+    def _judge_ops(problem: Problem, record: Record, ops: list):
+        """A call that ran the reference's own ops is not a custom kernel, unless the problem allows some."""
+        used = sorted(set(ops) & set(problem.core_aten_ops))
+        if used and problem.custom != "partial":
+            raise Failure("not-custom-kernel", f"forward calls the reference's own op(s) aten::{', aten::'.join(used)}")
+        if used:  # custom: partial allows some of the reference's ops beside kernels of its own
+            record.uses_reference_ops = True
+
     def _profile(self, problem: Problem, worker: Worker, record: Record, shape):
-        """Which kernels the call launched at this timing shape: none of its own is not a custom kernel."""
+        """Which kernels the call launched at this timing shape: none of its own is not a custom kernel. The
+        profiled calls are checked as a trial is (ops and output): a forward that can tell them from the others
+        must still do the work in them."""
+        out_shape, out_dtype = self._output_meta(problem, shape, {})
         pool = SharedPool(self.device, None)
-        inputs = pool.share(self._draw(problem, shape, derive_seed(self.target_seed, problem.name, shape.name, "profile")))
-        described = describe(inputs)
+        seed = derive_seed(self.target_seed, problem.name, shape.name, "profile")
+        inputs = pool.share(self._draw(problem, shape, seed))
+        slot = poison(pool.tensor(out_shape, out_dtype))
         self._sync()
-        reply = worker.request(messages.Profile(shape.name, described), self.config.call_timeout_s, f"profiling {shape.name}",
-                               messages.ProfileReply)
+        reply = worker.request(messages.Profile(shape.name, describe(inputs), describe_shared(slot)), self.config.call_timeout_s,
+                               f"profiling {shape.name}", messages.ProfileReply)
+        self._judge_ops(problem, record, reply.ops)
+        self._verify(problem, shape, seed, slot, inputs, f"{shape.name} ({shape.dtype}), the profiled call", "the profiled call")
+        del inputs, slot, pool
         result = dataclasses.asdict(reply)
+        del result["ops"]
         record.profile = record.profile or result
         record.profiles = record.profiles or {}
         record.profiles[shape.name] = {k: result[k] for k in ("kernel_count", "own_kernels", "own_share")}
@@ -885,10 +898,11 @@ class Run:
                                              f"{floor * 1e6:.2f} us ({which}, with {PHYSICS_MARGIN}x margin)")
         if parent.get("wall_ms_per_call") is not None:
             seen = parent["wall_ms_per_call"] - parent["null_ms_per_call"]
-            if seen > parent_clock_bound(median_ms, parent.get("calls", 1)):
+            issue = batch["parent_wall_ms"] / batch["calls"] if batch else 0.0  # the parent's clock, back to back
+            if seen > parent_clock_bound(median_ms, parent.get("calls", 1), issue):
                 raise Failure("escaped-timing", f"{label}: the parent's clock saw {seen * 1e3:.1f} us per call beyond a trivial call "
-                                                f"over {parent['batches']} timed batches, the events {median_ms * 1e3:.1f} us: the timing "
-                                                "was not what the calls took")
+                                                f"over {parent['batches']} timed batches, the events {median_ms * 1e3:.1f} us "
+                                                f"(back to back {issue * 1e3:.1f} us): the timing was not what the calls took")
         if batch:
             retimed = batch.get("retimed_median_ms")
             reference = max(median_ms, retimed or 0.0)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import guard, sandbox
+from harness import guard, profiling, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,8 @@ sealed = guard.seal_frame_hooks() if use_torch else []
 snapshot = guard.ModuleSnapshot() if use_torch else None
 trusted = sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
                  | {os.path.join(REPO, "harness"), os.path.dirname(os.path.abspath(__file__))})
-set_phase = guard.install(fd, [solution], [scratch], trusted)
+readable = [solution] + [p for p in os.environ.get("GUARD_TEST_READABLE", "").split(os.pathsep) if p]  # a header beside it
+set_phase = guard.install(fd, readable, [scratch], trusted)
 spec = importlib.util.spec_from_file_location("solution_under_test", solution)
 module = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = module
@@ -164,6 +165,11 @@ ATTACKS = {
                        "sandbox-violation", "shared memory"),
     "ftruncate_shm": ("import os\ndef main():\n    fd = os.open('/dev/shm', os.O_RDONLY)\n    os.ftruncate(fd, 0)\n",
                       "sandbox-violation", "shared memory"),
+    # a descriptor stands for the path it holds: fchmod then a listing of a folder its mode kept closed
+    "fchmod_outside": ("import os\ndef main():\n    fd = os.open('/tmp', os.O_RDONLY)\n    os.chmod(fd, 0o777)\n",
+                       "sandbox-violation", "os.chmod /tmp"),
+    "listdir_shm_by_fd": ("import os\ndef main():\n    fd = os.open('/dev/shm', os.O_RDONLY)\n    os.listdir(fd)\n",
+                          "sandbox-violation", "shared memory"),
     "custom_pathlike": ("class P:\n    def __fspath__(self): return '/tmp/guard-test-outside.txt'\ndef main():\n    open(P(), 'w')\n",
                         "sandbox-violation", "for writing"),
     # ----- threads ------------------------------------------------------------------------------------
@@ -321,10 +327,15 @@ def test_load_inline_build_and_run_pass(tmp_path):
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", ["softmax/simple.py", "softmax/register_rows.py"])
 def test_cuda_solution_build_run_and_profile_pass(tmp_path, name):
-    """A shipped CUDA solution: nvcc build at import, forward on the GPU, CUDA events, the profiler."""
+    """A shipped CUDA solution: nvcc build at import, forward on the GPU, CUDA events, the profiler. The
+    solutions' shared header goes where a solution looks for it (the folder above its own), readable as the
+    harness makes it."""
     ext = tmp_path / "scratch" / "extensions"
+    header = tmp_path / "_ptx.cuh"
+    header.write_text((REPO / "solutions" / "_ptx.cuh").read_text())
     output = expect_pass(tmp_path, (REPO / "solutions" / name).read_text(), use_torch=True, timeout=900,
-                         env={"TORCH_EXTENSIONS_DIR": str(ext), "GUARD_TEST_DEVICE": "cuda", "TORCH_CUDA_ARCH_LIST": "9.0"})
+                         env={"TORCH_EXTENSIONS_DIR": str(ext), "GUARD_TEST_DEVICE": "cuda", "TORCH_CUDA_ARCH_LIST": "9.0",
+                              "GUARD_TEST_READABLE": str(header)})
     assert "CHANGES [] []" in output and "PROFILE" in output
 
 
@@ -338,7 +349,8 @@ def _nested_codes(code):
 
 @pytest.mark.parametrize("function", [guard.install, guard._checker, guard.DispatchTables.__init__, guard.AtenKernels.__init__,
                                       guard.ThreadDispatchKeys.__init__, guard.seal_torch_library,
-                                      guard.seal_profiler])
+                                      guard.seal_profiler, profiling._make_trace, profiling.make_op_trace,
+                                      profiling.aten_ops])
 def test_closures_look_up_no_global_or_builtin(function):
     """A solution can rewrite any module dict (builtins included); the hook and the snapshot check must
     not look anything up there at run time."""

@@ -300,12 +300,18 @@ def test_the_profile_rule_under_each_policy(tmp_path, monkeypatch, custom, own_k
         def share(self, inputs):
             return inputs, []
 
+        def tensor(self, shape, dtype):
+            return torch.empty(shape, dtype=dtype)
+
     monkeypatch.setattr(runner, "SharedPool", Pool)
+    for name in ("describe", "describe_shared"):
+        monkeypatch.setattr(runner, name, lambda x: None)
+    monkeypatch.setattr(Run, "_verify", lambda self, *args: {})  # the profiled output's check: tested on the GPU
     problem = load_problem(FILES[SUM])
     problem.custom = custom
     run = Run(torch.device("cpu"), tmp_path / "runs.jsonl", Config())
     record = Record(run_id="r", problem=problem.name, kind="solution", name="x", path=None, device="cpu", env={})
-    worker = _Profiled(kernel_count=2, own_kernels=own_kernels, own_share=own_share,
+    worker = _Profiled(ops=[], kernel_count=2, own_kernels=own_kernels, own_share=own_share,
                        kernels=[{"name": "lib_kernel", "own": False}, {"name": "mine", "own": True}])
     if verdict == "not-custom-kernel":
         with pytest.raises(Failure) as failure:

@@ -14,7 +14,7 @@ from harness.rules import Failure
     (messages.BurstReply, {"calls": 20, "wall_ms_per_call": 1.0}, "no 'launch_ms_per_call'"),
     (messages.TimeReply, {"times_ms": [0.1, "0.1"]}, "not float"),
     (messages.CallReply, {"ops": "aten::mm"}, "'ops' is str"),
-    (messages.ProfileReply, {"kernel_count": 1.5, "own_kernels": 1, "own_share": 1.0, "kernels": []}, "'kernel_count' is float"),
+    (messages.ProfileReply, {"ops": [], "kernel_count": 1.5, "own_kernels": 1, "own_share": 1.0, "kernels": []}, "'kernel_count' is float"),
     (messages.LoadReply, {"load_s": 1.0, "rebuilt": 1, "sandbox": "landlock"}, "'rebuilt' is int"),
 ])
 def test_a_mistyped_reply_is_a_bad_reply(reply_type, message, words):
