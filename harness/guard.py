@@ -66,12 +66,12 @@ _PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", 
                              "os.forkpty", "pty.spawn", "os.startfile"})
 _SOCKET_EVENTS = frozenset({"socket.__new__", "socket.bind", "socket.connect", "socket.sendto", "socket.sendmsg",
                             "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo"})
-# File system events: event -> indices of the path arguments they change, and of their dir_fd.
+# File system events: event -> (index of a path argument it changes, index of that path's dir_fd or None), each.
 _WRITE_EVENTS = {
-    "os.remove": ((0,), 1), "os.rmdir": ((0,), 1), "os.mkdir": ((0,), 2), "os.chmod": ((0,), 2),
-    "os.chown": ((0,), 3), "os.utime": ((0,), 3), "os.truncate": ((0,), None), "os.mkfifo": ((0,), 2),
-    "os.mknod": ((0,), 3), "os.setxattr": ((0,), None), "os.removexattr": ((0,), None),
-    "os.rename": ((0, 1), 2), "os.link": ((0, 1), 2), "os.symlink": ((1,), 2),
+    "os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.mkdir": ((0, 2),), "os.chmod": ((0, 2),),
+    "os.chown": ((0, 3),), "os.utime": ((0, 3),), "os.truncate": ((0, None),), "os.mkfifo": ((0, 2),),
+    "os.mknod": ((0, 3),), "os.setxattr": ((0, None),), "os.removexattr": ((0, None),),
+    "os.rename": ((0, 2), (1, 3)), "os.link": ((0, 2), (1, 3)), "os.symlink": ((1, 2),),  # src_dir_fd, dst_dir_fd
 }
 _LIST_EVENTS = frozenset({"os.listdir", "os.scandir"})
 _THREAD_EVENTS = frozenset({"_thread.start_new_thread"})  # 3.12
@@ -187,7 +187,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
     thread_events, devices, raw_memory, consumers, frame_consumers = _THREAD_EVENTS, _DEVICES, _RAW_MEMORY, _CONSUMERS, _FRAME_CONSUMERS
     near, reach, phases, everything = NEAR, REACH, PHASES, 1 << 30
     interesting = frozenset(set(frame_events) | maker_events | process_events | socket_events | set(write_events)
-                            | list_events | thread_events | {"object.__getattr__", "object.__setattr__", "open",
+                            | list_events | thread_events | {"object.__getattr__", "object.__setattr__", "open", "mmap.__new__",
                                                              "compile", "exec", "os.kill", "os.killpg", "os.chdir"})
     install_thread = get_ident()
     state = {"phase": "load"}
@@ -581,6 +581,9 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             return None
         if path is False:
             return "sandbox-violation", "opens a file named by an object that is not a plain path"
+        if not path.startswith("/") and path.rstrip("/").rsplit("/", 1)[-1] in private_proc:
+            # the event names no dir_fd, so a relative name may be under /proc/<pid> (os.open('mem', dir_fd=...))
+            return "introspection", "opens " + path + " by a relative name (/proc's memory entries are named so)"
         if not flags & WRITE_FLAGS:
             # Reads: only /proc, /dev and bytecode matter. A symlink into them has to be made first
             # (os.symlink is judged), and none that reaches another process exists outside /proc.
@@ -620,11 +623,11 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
         return chain and chain[0][5] in pyc_writers and nearest_solution(chain) is None
 
     def judge_write(event, args, chain_of):
-        indices, fd_index = write_events[event]
-        dir_fd = args[fd_index] if fd_index is not None and fd_index < _len(args) else None
-        for i in indices:
+        dir_fd = None
+        for i, fd_index in write_events[event]:
             if i >= _len(args):
                 continue
+            dir_fd = args[fd_index] if fd_index is not None and fd_index < _len(args) else None
             path = plain(args[i])
             if path is None and _type(args[i]) is _int:
                 path = descriptor_path(args[i])  # ftruncate, fchmod...: judged by the file the descriptor holds
@@ -742,6 +745,15 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             return judge_open(args, chain_of)
         if event in write_events:
             return judge_write(event, args, chain_of)
+        if event == "mmap.__new__":
+            fileno = args[0] if args else -1
+            access = args[2] if _len(args) > 2 and _type(args[2]) is _int else 0
+            if _type(fileno) is _int and fileno >= 0 and access != 1 and access != 3:  # not ACCESS_READ or _COPY
+                full = descriptor_path(fileno)
+                if full is False or under(full, shared_memory):
+                    # mmap.resize() shrinks the file with no event: the parent, which maps it, dies of SIGBUS
+                    return "sandbox-violation", "maps " + _str(full) + " writable (the parent's shared memory)"
+            return None
         if event in list_events or event == "os.chdir":
             path = plain(args[0]) if args else None
             if path is None and args and _type(args[0]) is _int:

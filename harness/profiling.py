@@ -27,18 +27,22 @@ def _make_trace(cuda: bool):
     import os
 
     autograd = torch._C._autograd
+    try:  # every thread's ops: a thread forward starts and joins would otherwise go unrecorded
+        every_thread = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    except TypeError:  # a torch without the option: Python 3.12 audits thread starts (the guard refuses them)
+        every_thread = None
     # never entered: its settings alone (CPU ops, and the GPU's activity with `cuda`)
-    template = torch.autograd.profiler.profile(use_kineto=True, use_device="cuda" if cuda else None)
+    template = torch.autograd.profiler.profile(use_kineto=True, use_device="cuda" if cuda else None,
+                                               experimental_config=every_thread)
     config, activities = template.config(), template.kineto_activities
-    prepare, enable, disable, running = (autograd._prepare_profiler, autograd._enable_profiler,
-                                         autograd._disable_profiler, autograd._profiler_enabled)
+    prepare, enable, disable = autograd._prepare_profiler, autograd._enable_profiler, autograd._disable_profiler
     event = autograd._KinetoEvent
     events_of, name_of, device_of, duration_of = (autograd._ProfilerResult.events, event.name, event.device_type,
                                                   event.duration_ns)
     gpu = autograd.DeviceType.CUDA
     mark_enter = torch.ops.profiler._record_function_enter_new.default._op  # the C++ ops, not their Python wrappers
     mark_exit = torch.ops.profiler._record_function_exit._RecordFunction._op
-    urandom, result_type, type_ = os.urandom, autograd._ProfilerResult, type
+    urandom, result_type, type_, error = os.urandom, autograd._ProfilerResult, type, Exception
     secrets = ["", ""]
 
     def start():
@@ -50,10 +54,11 @@ def _make_trace(cuda: bool):
     def stop():
         """The events, or None unless both marks are in: the first (the trace is start()'s) and a second made
         now (it still records: a solution that dropped its callbacks left it deaf since)."""
-        if not running():
-            return None
         mark_exit(mark_enter(secrets[1], None))
-        result = disable()
+        try:
+            result = disable()  # (a trace of every thread reads as off in torch's per-thread check: no such check)
+        except error:  # no trace is running: forward ended it
+            return None
         if type_(result) is not result_type:
             return None
         rows = [(name_of(e), device_of(e) == gpu, duration_of(e)) for e in events_of(result)]

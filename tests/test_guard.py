@@ -170,6 +170,13 @@ ATTACKS = {
                        "sandbox-violation", "os.chmod /tmp"),
     "listdir_shm_by_fd": ("import os\ndef main():\n    fd = os.open('/dev/shm', os.O_RDONLY)\n    os.listdir(fd)\n",
                           "sandbox-violation", "shared memory"),
+    # the open event names no dir_fd: a relative name opened under /proc/self through a descriptor
+    "proc_mem_by_dir_fd": ("import os\ndef main():\n    d = os.open('/proc/self', os.O_PATH)\n    os.open('mem', os.O_RDONLY, dir_fd=d)\n",
+                           "introspection", "mem"),
+    "rename_to_dst_dir_fd": ("import os\ndef main():\n    out = os.open('/tmp', os.O_RDONLY)\n    open('a', 'w').close()\n"
+                             "    os.rename('a', 'guard-test-moved-fd', dst_dir_fd=out)\n", "sandbox-violation", "os.rename"),
+    "mmap_writable_shm": ("import mmap, os\ndef main():\n    fd = os.open('/dev/shm', os.O_RDONLY)\n    mmap.mmap(fd, 0)\n",
+                          "sandbox-violation", "shared memory"),
     "custom_pathlike": ("class P:\n    def __fspath__(self): return '/tmp/guard-test-outside.txt'\ndef main():\n    open(P(), 'w')\n",
                         "sandbox-violation", "for writing"),
     # ----- threads ------------------------------------------------------------------------------------
