@@ -27,10 +27,12 @@ def _make_trace(cuda: bool):
     import os
 
     autograd = torch._C._autograd
-    try:  # every thread's ops: a thread forward starts and joins would otherwise go unrecorded
-        every_thread = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-    except TypeError:  # a torch without the option: Python 3.12 audits thread starts (the guard refuses them)
-        every_thread = None
+    every_thread = None
+    if not cuda:  # the kernel trace sees every thread's kernels anyway (CUPTI is process-wide)
+        try:  # every thread's ops: a thread forward starts and joins would otherwise go unrecorded
+            every_thread = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+        except TypeError:  # a torch without the option: Python 3.12 audits thread starts (the guard refuses them)
+            pass
     # never entered: its settings alone (CPU ops, and the GPU's activity with `cuda`)
     template = torch.autograd.profiler.profile(use_kineto=True, use_device="cuda" if cuda else None,
                                                experimental_config=every_thread)
