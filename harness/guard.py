@@ -18,7 +18,10 @@ lead by f_back to the child's serving frame. Holes this leaves, and what covers 
   - native code (the solution's own C++/CUDA, or torch's raw-pointer helpers) raises no event: the
     scan of its sources and the sandbox (Landlock) cover it;
   - on Python 3.11 starting a thread raises no event (3.12 audits _thread.start_new_thread): a thread
-    is caught by its first audited action, or by the child's thread count at each checkpoint.
+    is caught by its first audited action, or by the child's thread count at each checkpoint, and the
+    ops it runs during a trial by the trial's op trace, which records every thread;
+  - the `open` event carries no dir_fd: a name relative to a descriptor is judged as if relative to the
+    working folder (Landlock holds the line; relative names of /proc's memory entries are refused).
 
 ModuleSnapshot: identity snapshot of the dicts of the modules (and classes) the harness and torch rely
 on, to find attributes a solution replaced or added (shadowing `super` in torch.cuda.streams makes
