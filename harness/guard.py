@@ -584,7 +584,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             return None
         if path is False:
             return "sandbox-violation", "opens a file named by an object that is not a plain path"
-        if not path.startswith("/") and path.rstrip("/").rsplit("/", 1)[-1] in private_proc:
+        if not path.startswith("/") and not private_proc.isdisjoint(path.split("/")):
             # the event names no dir_fd, so a relative name may be under /proc/<pid> (os.open('mem', dir_fd=...))
             return "introspection", "opens " + path + " by a relative name (/proc's memory entries are named so)"
         if not flags & WRITE_FLAGS:

@@ -173,6 +173,8 @@ ATTACKS = {
     # the open event names no dir_fd: a relative name opened under /proc/self through a descriptor
     "proc_mem_by_dir_fd": ("import os\ndef main():\n    d = os.open('/proc/self', os.O_PATH)\n    os.open('mem', os.O_RDONLY, dir_fd=d)\n",
                            "introspection", "mem"),
+    "proc_map_files_dot_by_dir_fd": ("import os\ndef main():\n    d = os.open('/proc/self', os.O_PATH)\n"
+                                     "    os.open('map_files/.', os.O_RDONLY, dir_fd=d)\n", "introspection", "map_files"),
     "rename_to_dst_dir_fd": ("import os\ndef main():\n    out = os.open('/tmp', os.O_RDONLY)\n    open('a', 'w').close()\n"
                              "    os.rename('a', 'guard-test-moved-fd', dst_dir_fd=out)\n", "sandbox-violation", "os.rename"),
     "mmap_writable_shm": ("import mmap, os\ndef main():\n    fd = os.open('/dev/shm', os.O_RDONLY)\n    mmap.mmap(fd, 0)\n",
