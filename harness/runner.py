@@ -403,6 +403,7 @@ class Run:
         self.env = environment(device)
         self.report = reporter or (lambda *a, **k: None)
         self.prebuilt = {}  # path -> (ok, build seconds or reason), filled by prebuild()
+        self.output_metas = {}  # (problem, shape) -> the reference output's (shape, dtype): _output_meta
         self.sampler = random.Random(os.urandom(16))  # which timed calls are verified: the parent's secret
         self.subreaper = sandbox.become_subreaper()
         torch.backends.cudnn.allow_tf32 = False  # the self-check's eager at fp32, as the baselines run it
@@ -516,12 +517,14 @@ class Run:
     def _draw(self, problem: Problem, shape, seed: int, probe_from=None) -> list:
         return problem.make_inputs(shape, seed, self.device, probe_from)
 
-    def _output_meta(self, problem: Problem, shape, cache: dict) -> tuple:
-        """(shape, dtype) of the reference's output at the problem's dtype, which a solution must match."""
-        if shape.name not in cache:
+    def _output_meta(self, problem: Problem, shape) -> tuple:
+        """(shape, dtype) of the reference's output at the problem's dtype, which a solution must match. The
+        reference runs once per shape in a run: the trials, the profile and every timing process share it."""
+        key = (problem.name, shape.name)
+        if key not in self.output_metas:
             out = native_reference(problem, shape, self._draw(problem, shape, derive_seed(self.target_seed, problem.name, shape.name, "meta")), self.device)
-            cache[shape.name] = (tuple(out.shape), out.dtype)
-        return cache[shape.name]
+            self.output_metas[key] = (tuple(out.shape), out.dtype)
+        return self.output_metas[key]
 
     def _verify(self, problem: Problem, shape, seed: int, slot: torch.Tensor, inputs: list, label: str, timed: str = "",
                 probe_from=None) -> dict:
@@ -557,7 +560,7 @@ class Run:
 
     # ---- correctness -------------------------------------------------------------------------
     def _check_correctness(self, problem: Problem, worker: Worker, record: Record, target: Target):
-        trials, metas = self.config.trials, {}
+        trials = self.config.trials
         directory = self._scratch(worker)
         shapes = correctness_shapes(problem, self.config.shapes, self.device)
         if not shapes:
@@ -565,7 +568,7 @@ class Run:
         try:
             for shape in shapes:
                 self.report(f"{target.label}: checking {shape.name}")
-                out_shape, out_dtype = self._output_meta(problem, shape, metas)
+                out_shape, out_dtype = self._output_meta(problem, shape)
                 # Trial t draws input family t % n: every shape meets every family, the seeds stay secret.
                 seeds = [problem.seed_for_trial(derive_seed(self.target_seed, problem.name, shape.name, "check", t), t) for t in range(trials)]
                 plan = [(seed, None, f"trial {t + 1} ({problem.family_of(seed)} inputs)") for t, seed in enumerate(seeds)]
@@ -638,7 +641,7 @@ class Run:
 
     def _time_calls(self, problem: Problem, worker: Worker, shape, target: Target, process: int, label: str) -> tuple:
         config, is_cuda = self.config, self.device.type == "cuda"
-        out_shape, out_dtype = self._output_meta(problem, shape, {})
+        out_shape, out_dtype = self._output_meta(problem, shape)
         count = sets_per_batch(problem.bytes_moved(shape), config.memory_budget_bytes)
         directory = self._scratch(worker)
         pool = SharedPool(self.device, directory)
@@ -789,7 +792,7 @@ class Run:
         """Which kernels the call launched at this timing shape: none of its own is not a custom kernel. The
         profiled calls are checked as a trial is (ops and output): a forward that can tell them from the others
         must still do the work in them."""
-        out_shape, out_dtype = self._output_meta(problem, shape, {})
+        out_shape, out_dtype = self._output_meta(problem, shape)
         pool = SharedPool(self.device, None)
         seed = derive_seed(self.target_seed, problem.name, shape.name, "profile")
         inputs = pool.share(self._draw(problem, shape, seed))
@@ -896,19 +899,18 @@ class Run:
         if median_ms / 1e3 < floor:
             raise Failure("impossible-time", f"{label}: median {median_ms * 1e3:.2f} us is below the physical floor of "
                                              f"{floor * 1e6:.2f} us ({which}, with {PHYSICS_MARGIN}x margin)")
+        host = batch["parent_wall_ms"] / batch["calls"] if batch else 0.0  # the parent's clock per call, back to back
         if parent.get("wall_ms_per_call") is not None:
             seen = parent["wall_ms_per_call"] - parent["null_ms_per_call"]
-            issue = batch["parent_wall_ms"] / batch["calls"] if batch else 0.0  # the parent's clock, back to back
-            if seen > parent_clock_bound(median_ms, parent.get("calls", 1), issue):
+            if seen > parent_clock_bound(median_ms, parent.get("calls", 1), host):
                 raise Failure("escaped-timing", f"{label}: the parent's clock saw {seen * 1e3:.1f} us per call beyond a trivial call "
                                                 f"over {parent['batches']} timed batches, the events {median_ms * 1e3:.1f} us "
-                                                f"(back to back {issue * 1e3:.1f} us): the timing was not what the calls took")
+                                                f"(back to back {host * 1e3:.1f} us): the timing was not what the calls took")
         if batch:
             retimed = batch.get("retimed_median_ms")
             reference = max(median_ms, retimed or 0.0)
             calls = batch["calls"]
             tries = f" (fastest of {batch['batches']} batches)" if batch.get("batches", 1) > 1 else ""
-            host = batch["parent_wall_ms"] / calls
             if batch["parent_wall_ms"] > calls * escape_bound(reference, batch["launch_ms_per_call"], calls):
                 seen = f"{median_ms * 1e3:.1f} us" + (f" ({retimed * 1e3:.1f} us re-timed)" if retimed else "")
                 raise Failure("escaped-timing", f"{label}: {calls} device-synchronised calls took {host * 1e3:.1f} us each{tries} on the "
