@@ -863,6 +863,18 @@ def _swap_everywhere(swaps: dict) -> None:
                     holder.add(swapped(value))
 
 
+def _opaque(fn, name: str):
+    """fn behind a callable that does not hand it back: functools' C cache wrapper, uncached (maxsize 0), has
+    neither __wrapped__ nor __closure__, so the originals a seal keeps in fn's closure are reachable only
+    through the garbage collector's referents (an audited call). A plain function put where the solution can
+    reach it would give them up to a read of its __closure__ under a name built at run time."""
+    import functools
+
+    wrapper = functools._lru_cache_wrapper(fn, 0, False, None)
+    wrapper.__name__ = wrapper.__qualname__ = name
+    return wrapper
+
+
 def seal_frame_hooks() -> list:
     """Replace torch's frame-evaluation setters wherever they are held (torch._C._dynamo.eval_frame,
     torch._dynamo.eval_frame, torch._dynamo.decorators...) with a refusal, so that the solution cannot
@@ -928,8 +940,89 @@ def seal_torch_library() -> list:
             raise calls[-1]
         return original(kind, ns, *args, **kwargs)
 
-    library.__name__ = library.__qualname__ = "_dispatch_library"
-    _swap_everywhere({id(original): (original, library)})
+    _swap_everywhere({id(original): (original, _opaque(library, "_dispatch_library"))})
+    return calls
+
+
+# Keys at which a direct call of one of torch's ops is still seen by both op records: the call goes on through
+# the Python key (the op recorder's mode) and RecordFunction (the op trace). Below them (a backend's kernel:
+# CPU, CUDA...) the kernel runs unrecorded.
+_RECORDED_KEY_PREFIXES = ("Autograd", "Composite")
+_RECORDED_KEYS = frozenset({"Python", "PythonTLSSnapshot", "PreDispatch", "Functionalize"})
+
+
+def seal_direct_calls() -> list:
+    """Replace the ways into one of torch's ops below both op records with versions that refuse them: an
+    OpOverload's _op_dk at a key below the recorders (every OpOverload made so far, and those
+    torch._C._get_operation_overload makes from now), the operator handle's redispatch_boxed, and
+    torch.library.get_kernel's lookup (its kernel's call_boxed runs with no dispatch at all). The names are
+    also flagged by the scan, but a name built at run time is not. A solution's own namespace (a custom op)
+    keeps all three: torch's custom-op machinery redispatches through them. Call it in the solution's child
+    before ModuleSnapshot() and install(). Returns the refusals, each the Failure raised."""
+    import torch
+
+    from .rules import Failure
+
+    calls: list = []
+    torch_namespaces = frozenset(name.split("::", 1)[0] for name in torch._C._dispatch_get_all_op_names())
+    str_, type_, getattr_ = str, type, getattr
+
+    def torchs(qualified) -> bool:
+        return type_(qualified) is not str_ or qualified.split("::", 1)[0] in torch_namespaces
+
+    def recorded(key) -> bool:
+        name = getattr_(key, "name", None)
+        return type_(name) is str_ and (name.startswith(_RECORDED_KEY_PREFIXES) or name in _RECORDED_KEYS)
+
+    def refuse(how: str, qualified, key):
+        calls.append(Failure("introspection", f"calls torch's {qualified!s:.60} below the op records ({how} at "
+                                              f"{getattr_(key, 'name', key)!s:.30}), which is sealed in a solution's process"))
+        raise calls[-1]
+
+    def sealed_op_dk(qualified, original):
+        def op_dk(key, *args, **kwargs):
+            if torchs(qualified) and not recorded(key):
+                refuse("_op_dk", qualified, key)
+            return original(key, *args, **kwargs)
+        return _opaque(op_dk, "_op_dk")
+
+    # Every OpOverload made so far hangs off its packet, and every packet off its namespace in torch.ops; nothing
+    # else holds an overload's _op_dk (torch reads it as an attribute).
+    for namespace in list(vars(torch.ops).values()):
+        for packet in list(vars(namespace).values()) if isinstance(namespace, torch._ops._OpNamespace) else ():
+            for item in list(vars(packet).values()) if isinstance(packet, torch._ops.OpOverloadPacket) else ():
+                original = vars(item).get("_op_dk") if isinstance(item, torch._ops.OpOverload) else None
+                if original is not None:
+                    vars(item)["_op_dk"] = sealed_op_dk(item._schema.name, original)
+
+    overload = torch._C._get_operation_overload
+
+    def get_operation_overload(qualified, *args, **kwargs):
+        found = overload(qualified, *args, **kwargs)
+        if type_(found) is tuple and len(found) >= 2:
+            found = (found[0], sealed_op_dk(qualified, found[1])) + found[2:]
+        return found
+
+    lookup = torch._C._dispatch_get_computed_kernel_for_dispatch_key
+
+    def computed_kernel(qualified, key, *args, **kwargs):
+        if torchs(qualified):
+            refuse("torch.library.get_kernel", qualified, key)
+        return lookup(qualified, key, *args, **kwargs)
+
+    handle_type = torch._C._DispatchOperatorHandle
+    redispatch = handle_type.__dict__["redispatch_boxed"]
+    schema_of = handle_type.__dict__["schema"]
+
+    def redispatch_boxed(handle, keyset, *args, **kwargs):
+        qualified = schema_of(handle).name
+        if torchs(qualified):
+            refuse("redispatch_boxed", qualified, keyset)
+        return redispatch(handle, keyset, *args, **kwargs)
+
+    _swap_everywhere({id(overload): (overload, _opaque(get_operation_overload, "_get_operation_overload")),
+                      id(lookup): (lookup, _opaque(computed_kernel, lookup.__name__))})
+    handle_type.redispatch_boxed = _opaque(redispatch_boxed, "redispatch_boxed")  # bound to the handle as a method
     return calls
 
 

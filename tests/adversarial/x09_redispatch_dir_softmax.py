@@ -1,9 +1,9 @@
-"""Trust boundary, class 9 (below both op records), softmax. KNOWN OPEN on the CPU (red team).
+"""Trust boundary, class 9 (below both op records), softmax (red team).
 
 x09_redispatch_softmax.py with the names found by searching dir(): the operator handle's redispatch_boxed
 with a DispatchKeySet of CPU runs the kernel below the Python key and RecordFunction, and no name the scan
-knows appears in the source. On a GPU the kernel profile sees ATen's kernel alone. Expected: not-custom-kernel
-or introspection once the call is sealed.
+knows appears in the source. On a GPU the kernel profile sees ATen's kernel alone. Expected: introspection
+(the call is sealed) or not-custom-kernel.
 """
 import torch
 import torch.nn as nn
