@@ -171,7 +171,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     profiler_calls = guard.seal_profiler() if is_solution else []
     direct_calls = guard.seal_direct_calls() if is_solution else []
     snapshot_changes = guard.ModuleSnapshot().changes
-    dispatch_changes = guard.DispatchTables(["aten::" + op for op in problem.core_aten_ops]).changes
+    dispatch_changes = guard.DispatchTables(["aten::" + op for op in problem.core_op_names()]).changes
     # Every aten op's kernels, at the load's checkpoint and at a secret eighth of the others (a kernel that serves
     # the next request must be in place at this one's checkpoint: no solution code runs in between).
     aten_changes, urandom = guard.AtenKernels().changes, os.urandom

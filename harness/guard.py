@@ -944,16 +944,17 @@ def seal_torch_library() -> list:
     return calls
 
 
-# Keys at which a direct call of one of torch's ops is still seen by both op records: the call goes on through
-# the Python key (the op recorder's mode) and RecordFunction (the op trace). Below them (a backend's kernel:
-# CPU, CUDA...) the kernel runs unrecorded.
-_RECORDED_KEY_PREFIXES = ("Autograd", "Composite")
-_RECORDED_KEYS = frozenset({"Python", "PythonTLSSnapshot", "PreDispatch", "Functionalize"})
+# Keys at which torch's own ops may still be entered directly. A composite kernel calls other ops through the full
+# dispatcher, which both op records see; the Python key hands the call to the active dispatch mode (torch's own
+# Python-key handler enters it so). Every other key runs a kernel, or passes the call down by redispatch, which
+# fires no RecordFunction and skips a Python key the caller has excluded for the call.
+_ENTRY_KEY_PREFIX = "Composite"
+_ENTRY_KEYS = frozenset({"Python"})
 
 
 def seal_direct_calls() -> list:
     """Replace the ways into one of torch's ops below both op records with versions that refuse them: an
-    OpOverload's _op_dk at a key below the recorders (every OpOverload made so far, and those
+    OpOverload's _op_dk at any key but the composite ones and Python (every OpOverload made so far, and those
     torch._C._get_operation_overload makes from now), the operator handle's redispatch_boxed, and
     torch.library.get_kernel's lookup (its kernel's call_boxed runs with no dispatch at all). The names are
     also flagged by the scan, but a name built at run time is not. A solution's own namespace (a custom op)
@@ -972,7 +973,7 @@ def seal_direct_calls() -> list:
 
     def recorded(key) -> bool:
         name = getattr_(key, "name", None)
-        return type_(name) is str_ and (name.startswith(_RECORDED_KEY_PREFIXES) or name in _RECORDED_KEYS)
+        return type_(name) is str_ and (name.startswith(_ENTRY_KEY_PREFIX) or name in _ENTRY_KEYS)
 
     def refuse(how: str, qualified, key):
         calls.append(Failure("introspection", f"calls torch's {qualified!s:.60} below the op records ({how} at "

@@ -22,6 +22,7 @@ of averaging out, while 3xFP16/3xTF32 hi/lo splits stay exact).
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import importlib.util
 import math
 import sys
@@ -105,7 +106,7 @@ class Problem:
     cost_bytes: str
     cost_flops: str
     reference_ops: tuple
-    core_aten_ops: tuple
+    core_aten_ops: tuple  # names, or fnmatch patterns ("*attention*")
     externals: list
     shared_constants: tuple = ()
     cost_bytes_written: str = ""
@@ -139,6 +140,18 @@ class Problem:
         """The dtype a correct output has: the shape's `output_dtype`, else the problem's, else the shape's
         dtype. (Cross-entropy at bf16 returns its loss in float32: a bf16 scalar keeps 8 bits.)"""
         return OUTPUT_DTYPES[shape.output_dtype or self.default_output_dtype or shape.dtype]
+
+    # --- the reference's own ops ----------------------------------------------------------------
+    def reference_ops_in(self, ops) -> list:
+        """The ops among `ops` (aten names without the namespace) that core_aten_ops names or matches: a
+        pattern covers a family, such as every attention op, which computes a softmax inside."""
+        return sorted(op for op in set(ops) if any(fnmatch.fnmatchcase(op, entry) for entry in self.core_aten_ops))
+
+    def core_op_names(self) -> list:
+        """core_aten_ops with each pattern spelled out as the aten ops this torch has that match it."""
+        known = [name.split("::", 1)[1].split(".", 1)[0] for name in torch._C._dispatch_get_all_op_names()
+                 if name.startswith("aten::")]
+        return self.reference_ops_in(known + [entry for entry in self.core_aten_ops if not _is_pattern(entry)])
 
     # --- input families -------------------------------------------------------------------
     @property
@@ -354,6 +367,10 @@ def load_module(path: Path, name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _is_pattern(entry: str) -> bool:
+    return any(c in entry for c in "*?[")
 
 
 def _require(mapping, key, kind, where):
