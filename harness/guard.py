@@ -971,7 +971,7 @@ def seal_direct_calls() -> list:
     def torchs(qualified) -> bool:
         return type_(qualified) is not str_ or qualified.split("::", 1)[0] in torch_namespaces
 
-    def recorded(key) -> bool:
+    def may_enter(key) -> bool:
         name = getattr_(key, "name", None)
         return type_(name) is str_ and (name.startswith(_ENTRY_KEY_PREFIX) or name in _ENTRY_KEYS)
 
@@ -982,7 +982,7 @@ def seal_direct_calls() -> list:
 
     def sealed_op_dk(qualified, original):
         def op_dk(key, *args, **kwargs):
-            if torchs(qualified) and not recorded(key):
+            if torchs(qualified) and not may_enter(key):
                 refuse("_op_dk", qualified, key)
             return original(key, *args, **kwargs)
         return _opaque(op_dk, "_op_dk")
