@@ -170,6 +170,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     library_calls = guard.seal_torch_library() if is_solution else []
     profiler_calls = guard.seal_profiler() if is_solution else []
     direct_calls = guard.seal_direct_calls() if is_solution else []
+    fuser_calls = guard.seal_fusers() if is_solution else []
     snapshot_changes = guard.ModuleSnapshot().changes
     dispatch_changes = guard.DispatchTables(["aten::" + op for op in problem.core_op_names()]).changes
     # Every aten op's kernels, at the load's checkpoint and at a secret eighth of the others (a kernel that serves
@@ -201,7 +202,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         """The checkpoint after every phase that ran solution code."""
         if not is_solution:
             return
-        for refused in (hook_calls, profiler_calls, library_calls, direct_calls):  # calls of sealed functions, even those caught
+        for refused in (hook_calls, profiler_calls, library_calls, direct_calls, fuser_calls):  # calls of sealed functions, even those caught
             if refused:
                 raise Failure(refused[0].rule, f"after {phase}: {refused[0].reason}")
         changed = snapshot_changes() + dispatch_changes() + key_changes()

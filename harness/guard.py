@@ -1027,6 +1027,50 @@ def seal_direct_calls() -> list:
     return calls
 
 
+# TorchScript's fusers compile ops into code of their own (NNC, the TensorExpr compiler; oneDNN graph): a fused op
+# never reaches the dispatcher, so neither op record sees it, and on a GPU its generated kernel would pass for the
+# solution's own. Their switches may turn them off, never on.
+_FUSER_SWITCHES = ("_jit_set_texpr_fuser_enabled", "_jit_override_can_fuse_on_cpu", "_jit_override_can_fuse_on_gpu",
+                   "_jit_override_can_fuse_on_cpu_legacy", "_jit_set_llga_enabled", "_jit_set_texpr_reductions_enabled",
+                   "_jit_set_te_must_use_llvm_cpu", "_jit_set_nvfuser_enabled")
+
+
+def seal_fusers() -> list:
+    """Turn TorchScript's fusers off and replace their switches, wherever they are held, with versions that refuse
+    to turn one on; replace every callable of torch._C._te (NNC's own API: TensorExprKernel compiles a parsed
+    graph's aten::softmax into loops of its own) with a refusal. An honest torch.jit.script still runs, unfused.
+    Call it in the solution's child before ModuleSnapshot() and install(). Returns the refusals, each the Failure
+    raised."""
+    import torch
+
+    from .rules import Failure
+
+    calls: list = []
+    torch_c = torch._C
+    for name in ("_jit_set_texpr_fuser_enabled", "_jit_override_can_fuse_on_cpu", "_jit_override_can_fuse_on_gpu",
+                 "_jit_set_llga_enabled", "_jit_set_texpr_reductions_enabled"):
+        switch = getattr(torch_c, name, None)
+        if switch is not None:
+            switch(False)
+
+    def refusal(name: str, off_allowed: bool):
+        def refuse(*args, **kwargs):
+            if off_allowed and not kwargs and not any(args):
+                return None
+            calls.append(Failure("introspection", f"called torch's {name} (a compiler whose ops no op record sees), "
+                                                  "which is sealed in a solution's process"))
+            raise calls[-1]
+        return _opaque(refuse, name)
+
+    switches = {id(fn): (fn, refusal(name, True)) for name in _FUSER_SWITCHES if (fn := getattr(torch_c, name, None)) is not None}
+    _swap_everywhere(switches)
+    tensor_expr = getattr(torch_c, "_te", None)
+    for name in [n for n in dir(tensor_expr) if not n.startswith("__")] if tensor_expr is not None else ():
+        if callable(getattr(tensor_expr, name)):
+            setattr(tensor_expr, name, refusal("_te." + name, False))
+    return calls
+
+
 def seal_profiler() -> list:
     """Replace torch's C++ profiler switches (_prepare_profiler, _enable_profiler, _disable_profiler, the legacy
     pair, _clear_callbacks, which drops the trace's callbacks) wherever they are held with versions that refuse

@@ -31,8 +31,8 @@ RULES = (
                               "longer than the events saw", True),
     Rule(("introspection",), "frames, gc, ctypes, code objects, tracing, exec of strings, `/proc` of another process, "
                              "torch's frame-evaluation hooks, a call of torch's ops below the op records (`_op_dk`, "
-                             "`redispatch_boxed`, `torch.library.get_kernel`): in the source (static scan) or at run time "
-                             "(the guard and the seals)", True),
+                             "`redispatch_boxed`, `torch.library.get_kernel`, TorchScript's fusers): in the source (static "
+                             "scan) or at run time (the guard and the seals)", True),
     Rule(("sandbox-violation",), "a write outside the scratch folder, a signal to another process, a socket, a process "
                                  "started after loading", True),
     Rule(("background-thread",), "a thread started after the import", True),
