@@ -330,7 +330,7 @@ def _custom_policy(problem: Problem) -> str:
     if problem.custom == "full":
         lines.append("Every part of the computation must run in kernels of your own. `forward` may not dispatch any of "
                      f"the reference's core aten ops, from Python or from C++ (`at::`/`torch::` calls in the host code): "
-                     f"{ops}. Doing so is rejected as `not-custom-kernel`, at any shape.")
+                     f"{ops} (`*` matches any part of a name). Doing so is rejected as `not-custom-kernel`, at any shape.")
     else:
         lines.append("You may call some of the reference's core aten ops beside kernels of your own: "
                      f"{ops}. Such a solution is accepted but marked partial (\"with reference ops\") on the leaderboard; "
