@@ -10,14 +10,17 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 class AtenOpRecorder(TorchDispatchMode):
-    """Records the aten op names a forward call dispatches (custom extension calls do not dispatch)."""
+    """Records the op names a forward call dispatches (custom extension calls do not dispatch): aten's bare,
+    every other namespace's qualified, as the op trace names them (profiling.traced_ops)."""
 
     def __init__(self):
         super().__init__()
         self.ops = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.add(func._overloadpacket.__name__)
+        packet = func._overloadpacket
+        name = getattr(packet, "_qualified_op_name", None) or f"aten::{packet.__name__}"
+        self.ops.add(name[6:] if name.startswith("aten::") else name)
         return func(*args, **(kwargs or {}))
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import importlib.util
 import math
 import sys
@@ -143,9 +144,18 @@ class Problem:
 
     # --- the reference's own ops ----------------------------------------------------------------
     def reference_ops_in(self, ops) -> list:
-        """The ops among `ops` (aten names without the namespace) that core_aten_ops names or matches: a
-        pattern covers a family, such as every attention op, which computes a softmax inside."""
-        return sorted(op for op in set(ops) if any(fnmatch.fnmatchcase(op, entry) for entry in self.core_aten_ops))
+        """The ops among `ops` (aten's bare, others as namespace::op) that core_aten_ops names or matches: a
+        pattern covers a family, such as every attention op, which computes a softmax inside. An op of torch's
+        other namespaces is judged by its name (mkldnn::_linear_pointwise is a linear); a solution's own custom
+        op (a namespace torch does not have) never is."""
+        found = []
+        for op in set(ops):
+            namespace, _, name = op.rpartition("::")
+            if namespace and namespace not in _torch_namespaces():
+                continue
+            if any(fnmatch.fnmatchcase(name, entry) for entry in self.core_aten_ops):
+                found.append(op)
+        return sorted(found)
 
     def core_op_names(self) -> list:
         """core_aten_ops with each pattern spelled out as the aten ops this torch has that match it."""
@@ -367,6 +377,13 @@ def load_module(path: Path, name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_namespaces() -> frozenset:
+    """The op namespaces torch itself registers (aten, prims, mkldnn, quantized...), read before any solution loads
+    in this process."""
+    return frozenset(name.split("::", 1)[0] for name in torch._C._dispatch_get_all_op_names())
 
 
 def _is_pattern(entry: str) -> bool:

@@ -72,10 +72,12 @@ def _make_trace(cuda: bool):
     return start, stop
 
 
-def aten_ops(rows, type_=type, str_=str) -> set:
-    """The aten op names in a trace's rows (CPU events named aten::...). It looks nothing up as it runs (its
-    builtins are bound as defaults): the op trace calls it before the checkpoint."""
-    return {name[6:] for name, on_gpu, _ in rows if not on_gpu and type_(name) is str_ and name.startswith("aten::")}
+def traced_ops(rows, type_=type, str_=str) -> set:
+    """The op names in a trace's rows (CPU events named namespace::op): aten's bare, every other namespace's
+    qualified (mkldnn::_linear_pointwise), so that the problem can tell torch's ops from a solution's own. It
+    looks nothing up as it runs (its builtins are bound as defaults): the op trace calls it before the checkpoint."""
+    return {name[6:] if name.startswith("aten::") else name
+            for name, on_gpu, _ in rows if not on_gpu and type_(name) is str_ and "::" in name}
 
 
 def make_op_trace():
@@ -83,7 +85,7 @@ def make_op_trace():
     Its stop runs before the checkpoint, so it looks nothing up at run time (a module's or builtins' name
     patched for one use would be whole again there): what it calls is bound now."""
     start, stop_rows = _make_trace(cuda=False)
-    names_in = aten_ops
+    names_in = traced_ops
 
     def stop():
         rows = stop_rows()
@@ -94,7 +96,7 @@ def make_op_trace():
 
 def make_kernel_trace():
     """The kernel profile's trace, CPU ops and GPU activity alike (see _make_trace): stop() returns its rows,
-    for aten_ops and kernel_summary, or None."""
+    for traced_ops and kernel_summary, or None."""
     return _make_trace(cuda=True)
 
 

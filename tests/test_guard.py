@@ -359,7 +359,7 @@ def _nested_codes(code):
 @pytest.mark.parametrize("function", [guard.install, guard._checker, guard.DispatchTables.__init__, guard.AtenKernels.__init__,
                                       guard.ThreadDispatchKeys.__init__, guard.seal_torch_library,
                                       guard.seal_profiler, profiling._make_trace, profiling.make_op_trace,
-                                      profiling.aten_ops])
+                                      profiling.traced_ops])
 def test_closures_look_up_no_global_or_builtin(function):
     """A solution can rewrite any module dict (builtins included); the hook and the snapshot check must
     not look anything up there at run time."""

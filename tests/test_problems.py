@@ -193,3 +193,15 @@ def test_malformed_families_and_output_dtype_are_clear_errors(tmp_path, yaml_tex
     (tmp_path / "problem.yaml").write_text(yaml_text)
     with pytest.raises(ProblemError, match=message):
         load_problem(tmp_path)
+
+
+def test_core_ops_match_by_pattern_and_only_in_torchs_namespaces():
+    """A pattern covers an op family; an op of torch's other namespaces is judged by its name, a solution's
+    own custom op (a namespace torch does not have) never is."""
+    softmax = find_problem("softmax")
+    ops = ["_softmax", "exp", "_scaled_dot_product_flash_attention_for_cpu", "quantized::softmax", "mylib::fused_softmax"]
+    assert softmax.reference_ops_in(ops) == ["_scaled_dot_product_flash_attention_for_cpu", "_softmax", "quantized::softmax"]
+    infonce = find_problem("infonce")
+    assert infonce.reference_ops_in(["mkldnn::_linear_pointwise", "conv2d", "_convert_indices_from_coo_to_csr",
+                                     "resolve_conj", "div", "sum"]) == ["conv2d", "mkldnn::_linear_pointwise"]
+    assert "_softmax" in softmax.core_op_names() and "scaled_dot_product_attention" in softmax.core_op_names()
