@@ -202,7 +202,8 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         """The checkpoint after every phase that ran solution code."""
         if not is_solution:
             return
-        for refused in (hook_calls, profiler_calls, library_calls, direct_calls, fuser_calls):  # calls of sealed functions, even those caught
+        # Calls of sealed functions, even those the solution caught
+        for refused in (hook_calls, profiler_calls, library_calls, direct_calls, fuser_calls):
             if refused:
                 raise Failure(refused[0].rule, f"after {phase}: {refused[0].reason}")
         changed = snapshot_changes() + dispatch_changes() + key_changes()
