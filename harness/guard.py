@@ -875,6 +875,20 @@ def _opaque(fn, name: str):
     return wrapper
 
 
+def _refusal(calls: list, name: str, allowed=None, why: str = ""):
+    """A stand-in for torch's `name` that records an `introspection` Failure in `calls` and raises it, unless
+    `allowed(args, kwargs)` says the call is harmless (turning a switch off): the seals' one way of refusing."""
+    from .rules import Failure
+
+    def refuse(*args, **kwargs):
+        if allowed is not None and allowed(args, kwargs):
+            return None
+        calls.append(Failure("introspection", f"called torch's {name}{why}, which is sealed in a solution's process"))
+        raise calls[-1]
+    refuse.__name__ = refuse.__qualname__ = name
+    return refuse
+
+
 def seal_frame_hooks() -> list:
     """Replace torch's frame-evaluation setters wherever they are held (torch._C._dynamo.eval_frame,
     torch._dynamo.eval_frame, torch._dynamo.decorators...) with a refusal, so that the solution cannot
@@ -883,8 +897,6 @@ def seal_frame_hooks() -> list:
     dynamo out, and no hook is ever installed here). Call it in the solution's child before ModuleSnapshot()
     and before install(); torch.compile cannot run afterwards. Returns the refusals (each the Failure raised),
     which the child's checkpoint reads (a solution that catches the refusal is still judged)."""
-    from .rules import Failure
-
     calls: list = []
     torch_c = getattr(sys.modules.get("torch"), "_C", None)
     eval_frame = getattr(getattr(torch_c, "_dynamo", None), "eval_frame", None)
@@ -900,17 +912,20 @@ def seal_frame_hooks() -> list:
         if switch is not None:
             originals[id(switch)] = (name, switch)
 
-    def refusal(name: str):
-        def refuse(*args, **kwargs):
-            if not kwargs and all(a is None for a in args):
-                return None
-            calls.append(Failure("introspection", f"called torch's {name}, which is sealed in a solution's process"))
-            raise calls[-1]
-        refuse.__name__ = refuse.__qualname__ = name
-        return refuse
+    def no_hook(args, kwargs) -> bool:
+        return not kwargs and all(a is None for a in args)
 
-    _swap_everywhere({key: (fn, refusal(name)) for key, (name, fn) in originals.items()})
+    _swap_everywhere({key: (fn, _refusal(calls, name, no_hook)) for key, (name, fn) in originals.items()})
     return calls
+
+
+def _torch_op_namespaces() -> frozenset:
+    """The op namespaces torch has registered so far (aten, prims, mkldnn, quantized...): read by the seals before
+    the solution loads, so a namespace of the solution's own is never among them."""
+    import torch
+
+    all_ops = getattr(torch._C, "_dispatch_get_all_op_names", lambda: ["aten::", "prims::", "prim::"])
+    return frozenset(name.split("::", 1)[0] for name in all_ops())
 
 
 def seal_torch_library() -> list:
@@ -929,8 +944,7 @@ def seal_torch_library() -> list:
     original = getattr(torch._C, "_dispatch_library", None)
     if original is None:
         return calls
-    all_ops = getattr(torch._C, "_dispatch_get_all_op_names", lambda: ["aten::", "prims::", "prim::"])
-    torch_namespaces = frozenset({"_"} | {name.split("::", 1)[0] for name in all_ops()})
+    torch_namespaces = _torch_op_namespaces() | {"_"}
     str_, type_ = str, type
 
     def library(kind, ns, *args, **kwargs):
@@ -965,7 +979,7 @@ def seal_direct_calls() -> list:
     from .rules import Failure
 
     calls: list = []
-    torch_namespaces = frozenset(name.split("::", 1)[0] for name in torch._C._dispatch_get_all_op_names())
+    torch_namespaces = _torch_op_namespaces()
     str_, type_, getattr_ = str, type, getattr
 
     def torchs(qualified) -> bool:
@@ -1030,9 +1044,10 @@ def seal_direct_calls() -> list:
 # TorchScript's fusers compile ops into code of their own (NNC, the TensorExpr compiler; oneDNN graph): a fused op
 # never reaches the dispatcher, so neither op record sees it, and on a GPU its generated kernel would pass for the
 # solution's own. Their switches may turn them off, never on.
-_FUSER_SWITCHES = ("_jit_set_texpr_fuser_enabled", "_jit_override_can_fuse_on_cpu", "_jit_override_can_fuse_on_gpu",
-                   "_jit_override_can_fuse_on_cpu_legacy", "_jit_set_llga_enabled", "_jit_set_texpr_reductions_enabled",
-                   "_jit_set_te_must_use_llvm_cpu", "_jit_set_nvfuser_enabled")
+_FUSERS_ON = ("_jit_set_texpr_fuser_enabled", "_jit_override_can_fuse_on_cpu", "_jit_override_can_fuse_on_gpu",
+              "_jit_set_llga_enabled", "_jit_set_texpr_reductions_enabled")  # each turned off, through the original
+_FUSER_SWITCHES = _FUSERS_ON + ("_jit_override_can_fuse_on_cpu_legacy", "_jit_set_te_must_use_llvm_cpu",
+                                "_jit_set_nvfuser_enabled")
 
 
 def seal_fusers() -> list:
@@ -1043,31 +1058,23 @@ def seal_fusers() -> list:
     raised."""
     import torch
 
-    from .rules import Failure
-
     calls: list = []
     torch_c = torch._C
-    for name in ("_jit_set_texpr_fuser_enabled", "_jit_override_can_fuse_on_cpu", "_jit_override_can_fuse_on_gpu",
-                 "_jit_set_llga_enabled", "_jit_set_texpr_reductions_enabled"):
+    for name in _FUSERS_ON:
         switch = getattr(torch_c, name, None)
         if switch is not None:
             switch(False)
+    why = " (a compiler whose ops no op record sees)"
 
-    def refusal(name: str, off_allowed: bool):
-        def refuse(*args, **kwargs):
-            if off_allowed and not kwargs and not any(args):
-                return None
-            calls.append(Failure("introspection", f"called torch's {name} (a compiler whose ops no op record sees), "
-                                                  "which is sealed in a solution's process"))
-            raise calls[-1]
-        return _opaque(refuse, name)
+    def off(args, kwargs) -> bool:
+        return not kwargs and not any(args)
 
-    switches = {id(fn): (fn, refusal(name, True)) for name in _FUSER_SWITCHES if (fn := getattr(torch_c, name, None)) is not None}
-    _swap_everywhere(switches)
+    _swap_everywhere({id(fn): (fn, _opaque(_refusal(calls, name, off, why), name))
+                      for name in _FUSER_SWITCHES if (fn := getattr(torch_c, name, None)) is not None})
     tensor_expr = getattr(torch_c, "_te", None)
     for name in [n for n in dir(tensor_expr) if not n.startswith("__")] if tensor_expr is not None else ():
         if callable(getattr(tensor_expr, name)):
-            setattr(tensor_expr, name, refusal("_te." + name, False))
+            setattr(tensor_expr, name, _opaque(_refusal(calls, "_te." + name, why=why), "_te." + name))
     return calls
 
 
@@ -1081,8 +1088,6 @@ def seal_profiler() -> list:
     refusals, each the Failure raised."""
     import torch
 
-    from .rules import Failure
-
     calls = []
     autograd = torch._C._autograd
     originals = {}
@@ -1092,14 +1097,8 @@ def seal_profiler() -> list:
         if fn is not None:
             originals[id(fn)] = (name, fn)
 
-    def sealed(name):
-        def switch(*args, **kwargs):
-            calls.append(Failure("introspection", f"called torch's {name}, which is sealed in a solution's process"))
-            raise calls[-1]
-        switch.__name__ = switch.__qualname__ = name
-        return switch
-
-    _swap_everywhere({key: (fn, sealed(name)) for key, (name, fn) in originals.items()})
+    refusal = _refusal  # bound: the comprehension looks up no global
+    _swap_everywhere({key: (fn, refusal(calls, name)) for key, (name, fn) in originals.items()})
     return calls
 
 

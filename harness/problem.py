@@ -159,8 +159,7 @@ class Problem:
 
     def core_op_names(self) -> list:
         """core_aten_ops with each pattern spelled out as the aten ops this torch has that match it."""
-        known = [name.split("::", 1)[1].split(".", 1)[0] for name in torch._C._dispatch_get_all_op_names()
-                 if name.startswith("aten::")]
+        known = [name.split("::", 1)[1].split(".", 1)[0] for name in _torch_op_names() if name.startswith("aten::")]
         return self.reference_ops_in(known + [entry for entry in self.core_aten_ops if not _is_pattern(entry)])
 
     # --- input families -------------------------------------------------------------------
@@ -380,10 +379,15 @@ def load_module(path: Path, name: str):
 
 
 @functools.lru_cache(maxsize=1)
+def _torch_op_names() -> tuple:
+    """Every op torch itself registers (namespace::name), read once, before any solution loads in this process."""
+    return tuple(torch._C._dispatch_get_all_op_names())
+
+
+@functools.lru_cache(maxsize=1)
 def _torch_namespaces() -> frozenset:
-    """The op namespaces torch itself registers (aten, prims, mkldnn, quantized...), read before any solution loads
-    in this process."""
-    return frozenset(name.split("::", 1)[0] for name in torch._C._dispatch_get_all_op_names())
+    """The op namespaces torch itself registers (aten, prims, mkldnn, quantized...)."""
+    return frozenset(name.split("::", 1)[0] for name in _torch_op_names())
 
 
 def _is_pattern(entry: str) -> bool:
