@@ -29,6 +29,7 @@ Event.elapsed_time return a chosen number). active_modes(): torch function and d
 """
 from __future__ import annotations
 
+import functools
 import sys
 import types
 
@@ -863,14 +864,13 @@ def _swap_everywhere(swaps: dict) -> None:
                     holder.add(swapped(value))
 
 
-def _opaque(fn, name: str):
+def _opaque(fn, name: str, wrap=functools._lru_cache_wrapper):
     """fn behind a callable that does not hand it back: functools' C cache wrapper, uncached (maxsize 0), has
     neither __wrapped__ nor __closure__, so the originals a seal keeps in fn's closure are reachable only
     through the garbage collector's referents (an audited call). A plain function put where the solution can
-    reach it would give them up to a read of its __closure__ under a name built at run time."""
-    import functools
-
-    wrapper = functools._lru_cache_wrapper(fn, 0, False, None)
+    reach it would give them up to a read of its __closure__ under a name built at run time. Called at run time
+    too (a seal of an op made later), so it looks nothing up: the wrapper is bound as a default."""
+    wrapper = wrap(fn, 0, False, None)
     wrapper.__name__ = wrapper.__qualname__ = name
     return wrapper
 
@@ -912,10 +912,12 @@ def seal_frame_hooks() -> list:
         if switch is not None:
             originals[id(switch)] = (name, switch)
 
-    def no_hook(args, kwargs) -> bool:
-        return not kwargs and all(a is None for a in args)
+    all_, refusal = all, _refusal  # bound: nothing below looks up a global or builtin
 
-    _swap_everywhere({key: (fn, _refusal(calls, name, no_hook)) for key, (name, fn) in originals.items()})
+    def no_hook(args, kwargs) -> bool:
+        return not kwargs and all_(a is None for a in args)
+
+    _swap_everywhere({key: (fn, refusal(calls, name, no_hook)) for key, (name, fn) in originals.items()})
     return calls
 
 
@@ -980,14 +982,16 @@ def seal_direct_calls() -> list:
 
     calls: list = []
     torch_namespaces = _torch_op_namespaces()
-    str_, type_, getattr_ = str, type, getattr
+    # Bound: the seals run at every call, and a solution can rewrite a module's dict (builtins included) for one use
+    str_, type_, getattr_, tuple_, len_, opaque = str, type, getattr, tuple, len, _opaque
+    entry_prefix, entry_keys = _ENTRY_KEY_PREFIX, _ENTRY_KEYS
 
     def torchs(qualified) -> bool:
         return type_(qualified) is not str_ or qualified.split("::", 1)[0] in torch_namespaces
 
     def may_enter(key) -> bool:
         name = getattr_(key, "name", None)
-        return type_(name) is str_ and (name.startswith(_ENTRY_KEY_PREFIX) or name in _ENTRY_KEYS)
+        return type_(name) is str_ and (name.startswith(entry_prefix) or name in entry_keys)
 
     def refuse(how: str, qualified, key):
         calls.append(Failure("introspection", f"calls torch's {qualified!s:.60} below the op records ({how} at "
@@ -999,7 +1003,7 @@ def seal_direct_calls() -> list:
             if torchs(qualified) and not may_enter(key):
                 refuse("_op_dk", qualified, key)
             return original(key, *args, **kwargs)
-        return _opaque(op_dk, "_op_dk")
+        return opaque(op_dk, "_op_dk")
 
     # Every OpOverload made so far hangs off its packet, and every packet off its namespace in torch.ops; nothing
     # else holds an overload's _op_dk (torch reads it as an attribute).
@@ -1014,7 +1018,7 @@ def seal_direct_calls() -> list:
 
     def get_operation_overload(qualified, *args, **kwargs):
         found = overload(qualified, *args, **kwargs)
-        if type_(found) is tuple and len(found) >= 2:
+        if type_(found) is tuple_ and len_(found) >= 2:
             found = (found[0], sealed_op_dk(qualified, found[1])) + found[2:]
         return found
 
@@ -1035,9 +1039,9 @@ def seal_direct_calls() -> list:
             refuse("redispatch_boxed", qualified, keyset)
         return redispatch(handle, keyset, *args, **kwargs)
 
-    _swap_everywhere({id(overload): (overload, _opaque(get_operation_overload, "_get_operation_overload")),
-                      id(lookup): (lookup, _opaque(computed_kernel, lookup.__name__))})
-    handle_type.redispatch_boxed = _opaque(redispatch_boxed, "redispatch_boxed")  # bound to the handle as a method
+    _swap_everywhere({id(overload): (overload, opaque(get_operation_overload, "_get_operation_overload")),
+                      id(lookup): (lookup, opaque(computed_kernel, lookup.__name__))})
+    handle_type.redispatch_boxed = opaque(redispatch_boxed, "redispatch_boxed")  # bound to the handle as a method
     return calls
 
 
@@ -1065,16 +1069,17 @@ def seal_fusers() -> list:
         if switch is not None:
             switch(False)
     why = " (a compiler whose ops no op record sees)"
+    any_, getattr_, id_, opaque, refusal = any, getattr, id, _opaque, _refusal  # bound: nothing below looks one up
 
     def off(args, kwargs) -> bool:
-        return not kwargs and not any(args)
+        return not kwargs and not any_(args)
 
-    _swap_everywhere({id(fn): (fn, _opaque(_refusal(calls, name, off, why), name))
-                      for name in _FUSER_SWITCHES if (fn := getattr(torch_c, name, None)) is not None})
+    _swap_everywhere({id_(fn): (fn, opaque(refusal(calls, name, off, why), name))
+                      for name in _FUSER_SWITCHES if (fn := getattr_(torch_c, name, None)) is not None})
     tensor_expr = getattr(torch_c, "_te", None)
     for name in [n for n in dir(tensor_expr) if not n.startswith("__")] if tensor_expr is not None else ():
         if callable(getattr(tensor_expr, name)):
-            setattr(tensor_expr, name, _opaque(_refusal(calls, "_te." + name, why=why), "_te." + name))
+            setattr(tensor_expr, name, opaque(refusal(calls, "_te." + name, why=why), "_te." + name))
     return calls
 
 
@@ -1097,7 +1102,7 @@ def seal_profiler() -> list:
         if fn is not None:
             originals[id(fn)] = (name, fn)
 
-    refusal = _refusal  # bound: the comprehension looks up no global
+    refusal = _refusal  # bound: nothing below looks up a global
     _swap_everywhere({key: (fn, refusal(calls, name)) for key, (name, fn) in originals.items()})
     return calls
 

@@ -358,7 +358,8 @@ def _nested_codes(code):
 
 @pytest.mark.parametrize("function", [guard.install, guard._checker, guard.DispatchTables.__init__, guard.AtenKernels.__init__,
                                       guard.ThreadDispatchKeys.__init__, guard.seal_torch_library,
-                                      guard.seal_profiler, profiling._make_trace, profiling.make_op_trace,
+                                      guard.seal_profiler, guard.seal_direct_calls, guard.seal_fusers, guard._refusal,
+                                      profiling._make_trace, profiling.make_op_trace,
                                       profiling.traced_ops])
 def test_closures_look_up_no_global_or_builtin(function):
     """A solution can rewrite any module dict (builtins included); the hook and the snapshot check must
