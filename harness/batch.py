@@ -58,7 +58,8 @@ class Candidate:
 
     @property
     def key(self) -> tuple:
-        return str(self.path), self.sha256
+        """(problem, path, sha256): the same file offered to two problems is two candidates."""
+        return self.problem, str(self.path), self.sha256
 
     @property
     def record_path(self) -> str:
@@ -72,11 +73,11 @@ def record_path(path: Path) -> str:
 
 
 def record_key(record: dict) -> tuple | None:
-    """The (absolute path, sha256) of a candidate's record; None for a baseline's."""
+    """The (problem, absolute path, sha256) of a candidate's record, as Candidate.key; None for a baseline's."""
     if record.get("kind") != "solution" or not record.get("path") or not record.get("sha256"):
         return None
     path = Path(record["path"])
-    return str(path if path.is_absolute() else (REPO_ROOT / path).resolve()), record["sha256"]
+    return record.get("problem"), str(path if path.is_absolute() else (REPO_ROOT / path).resolve()), record["sha256"]
 
 
 def problem_ref(name: str, problems_dir: Path = PROBLEMS_DIR) -> str:
@@ -92,7 +93,8 @@ def problem_ref(name: str, problems_dir: Path = PROBLEMS_DIR) -> str:
 
 
 def _files(directory: Path) -> list:
-    return sorted(p.resolve() for p in Path(directory).glob("*.py") if p.is_file() and not p.name.startswith("_"))
+    """The candidate files, each once: links to one file would count it once per link."""
+    return sorted({p.resolve() for p in Path(directory).glob("*.py") if p.is_file() and not p.name.startswith("_")})
 
 
 def candidates_for(ref: str, directory: Path, problem_name: str | None = None) -> list:
@@ -318,7 +320,10 @@ def builds_code(candidate: Candidate) -> bool:
     """Whether the build step builds this candidate (CUDA sources, and nothing the scan rejects before a build)."""
     from .scan import needs_cuda, scan_violations
 
-    return needs_cuda(candidate.path) and not scan_violations(candidate.path)
+    try:
+        return needs_cuda(candidate.path) and not scan_violations(candidate.path)
+    except Exception:  # noqa: BLE001 - its own evaluation builds it, and reports what failed there
+        return False
 
 
 def build_candidates(candidates: list, jobs: int, device, timeout: float = 1800.0, report=None, on_done=None,

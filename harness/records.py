@@ -146,7 +146,7 @@ def code_text(source: str) -> str:
     try:
         tree = ast.parse(source)
         comments = [(t.start, t.end) for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT]
-    except (SyntaxError, tokenize.TokenError, ValueError):
+    except (SyntaxError, tokenize.TokenError, ValueError, RecursionError, MemoryError):
         return source
     docstrings = []
     for node in [tree, *ast.walk(tree)]:

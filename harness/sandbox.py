@@ -70,8 +70,10 @@ _WRITE_EXCLUDED = FS_MAKE_CHAR | FS_MAKE_BLOCK | FS_IOCTL_DEV
 # What a worker needs of /dev, instead of /dev as a whole (root could read /dev/sda or /dev/loop* through it,
 # or push keystrokes into a terminal with TIOCSTI). /dev/shm is only listed: pass it in write_paths where the
 # worker shares tensors through shared memory (torch's CPU tensors, CUDA's own IPC files).
-DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/shm", "/dev/nvidia*",
-                "/dev/nvidia-caps", "/dev/nvidia-caps-imex-channels")
+DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/shm")
+# The GPU's nodes, for a worker that runs on it only: a build that overlaps other candidates' timing hides the
+# GPUs from its worker (CUDA_VISIBLE_DEVICES=""), which the solution's import could undo before CUDA starts.
+GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/nvidia-caps-imex-channels")
 
 
 class SandboxUnavailable(Exception):
@@ -164,7 +166,7 @@ def _expand(paths) -> list[str]:
     return found
 
 
-def _read_rules(read_paths) -> list[tuple[str, int]]:
+def _read_rules(read_paths, gpu: bool = True) -> list[tuple[str, int]]:
     """(path, rights) for the read paths, with /dev and /proc narrowed: a worker gets the device nodes it needs and,
     of /proc, the system-wide entries and its own pid's folder, not the folders of other processes (the parent's
     command line can hold --seed). The price: a process the worker starts cannot open its own /proc/self files
@@ -173,7 +175,8 @@ def _read_rules(read_paths) -> list[tuple[str, int]]:
     for path in _expand(read_paths):
         if path == "/dev":
             rules.append((path, FS_READ_DIR))
-            rules += [(node, FS_READ_DIR if node == "/dev/shm" else _DEVICE) for node in _expand(DEVICE_NODES)]
+            nodes = DEVICE_NODES + (GPU_NODES if gpu else ())
+            rules += [(node, FS_READ_DIR if node == "/dev/shm" else _DEVICE) for node in _expand(nodes)]
         elif path.startswith("/dev/"):
             rules.append((path, _DEVICE))
         elif path == "/proc":
@@ -226,7 +229,7 @@ def _drop_capabilities() -> None:
         raise SandboxUnavailable(f"capset(0) failed: {os.strerror(ctypes.get_errno())}")
 
 
-def confine(read_paths, write_paths, map_paths=()) -> str:
+def confine(read_paths, write_paths, map_paths=(), gpu: bool = True) -> str:
     """Call in the child before any untrusted code runs, and before anything starts a thread (import torch or
     numpy only afterwards: OpenBLAS starts one at import). Landlock restricts the calling thread and everything it
     starts later, so a thread that already exists would stay free; with more than one thread this refuses.
@@ -239,7 +242,7 @@ def confine(read_paths, write_paths, map_paths=()) -> str:
     Put /dev/shm in `write_paths` where CUDA IPC is used (torch's reference-count files, CUDA's own cuda.shm.*
     files). Files under `map_paths` (the parent's shared files of a CPU run) can be read and written, not
     created, removed or truncated: a file cut short under the parent's mapping would kill it with SIGBUS.
-    Returns a short description; raises SandboxUnavailable when this cannot be done (the message says why)."""
+    `gpu` False leaves the GPU's device nodes out. Returns a short description; raises SandboxUnavailable when this cannot be done (the message says why)."""
     abi = _require_abi()
     threads = _thread_count()
     if threads > 1:
@@ -254,7 +257,7 @@ def confine(read_paths, write_paths, map_paths=()) -> str:
     attr = _RulesetAttr(handled_fs, handled_net, scoped)
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8  # older kernels reject fields they do not know
 
-    rules = _read_rules(read_paths) + [(path, handled_fs & ~_WRITE_EXCLUDED) for path in _expand(write_paths)]
+    rules = _read_rules(read_paths, gpu) + [(path, handled_fs & ~_WRITE_EXCLUDED) for path in _expand(write_paths)]
     rules += [(path, handled_fs & (FS_READ_FILE | FS_WRITE_FILE)) for path in _expand(map_paths)]
     ruleset = _syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+import sys
 import tokenize
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def _without_prose(text: str) -> str:
     lines = text.splitlines(keepends=True)
     try:
         tree = ast.parse(text)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return text
     spans = []
     for node in ast.walk(tree):
@@ -414,9 +415,23 @@ def scan_violations(path) -> list:
     path = Path(path)
     try:
         text = path.read_text(errors="replace")
-        tree = ast.parse(text)
-    except (OSError, SyntaxError, ValueError):
-        return []  # unreadable or not Python: the import reports it
+    except OSError:
+        return []  # unreadable: the import reports it
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000))  # the visitor recurses once per level of nesting (a long a + b + ...)
+    try:
+        return _violations(path, text)
+    except (SyntaxError, ValueError):
+        return []  # not Python: the import reports it
+    except (RecursionError, MemoryError) as error:  # fail closed: what cannot be scanned is not imported
+        return [("introspection", f"line 1: nested too deeply for the static scan to read ({type(error).__name__}); "
+                                  "a solution must be scannable")]
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _violations(path: Path, text: str) -> list:
+    tree = ast.parse(text)
     scanner = _Scanner(_docstring_ids(tree), path.parent, private_files(path))
     # Bindings first (a later `import torch as t` still protects t where it was used before), then the checks.
     for node in ast.walk(tree):

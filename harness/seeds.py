@@ -12,5 +12,6 @@ def new_master_seed() -> int:
 
 
 def derive_seed(master: int, *parts) -> int:
-    text = "/".join([str(master), *map(str, parts)]).encode()
+    # surrogateescape: a file name that is not UTF-8 comes back from the OS with lone surrogates
+    text = "/".join([str(master), *map(str, parts)]).encode("utf-8", "surrogateescape")
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 2

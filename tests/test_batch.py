@@ -107,6 +107,61 @@ def test_candidates_are_keyed_by_path_and_content(tmp_path):
     assert batch.record_key({**r, "kind": "eager"}) is None
 
 
+def test_a_file_linked_twice_is_one_candidate(tmp_path):
+    """Symlinks to one file would count it once per link, and raise the batch's correct rate and fast_p."""
+    shutil.copy(FIXTURES / "correct.py", tmp_path / "a.py")
+    for name in ("b.py", "c.py"):
+        (tmp_path / name).symlink_to(tmp_path / "a.py")
+    assert [c.path.name for c in batch.candidates_for(batch.problem_ref("softmax"), tmp_path)] == ["a.py"]
+
+
+def test_a_record_counts_only_for_the_problem_it_was_made_for(tmp_path, monkeypatch):
+    """One file offered to two problems (a suite's sample linked from another problem's folder, or --resume into
+    a results folder of another problem): the softmax record must neither stand for its cross_entropy verdict
+    nor let --resume skip it."""
+    shutil.copy(FIXTURES / "correct.py", tmp_path / "c.py")
+    softmax, other = batch.problem_ref("softmax"), batch.problem_ref("cross_entropy")
+    mine, theirs = batch.candidates_for(softmax, tmp_path)[0], batch.candidates_for(other, tmp_path)[0]
+    assert mine.key != theirs.key
+    results = tmp_path / "results"
+    append_record(record(eager=[2.0], path=mine.record_path, sha=mine.sha256), results / "runs.jsonl")
+    assert batch.record_key(read_records(results / "runs.jsonl")[0][0]) == mine.key
+    seen = {}
+
+    def fake_pool(tasks, *args, **kwargs):
+        seen["tasks"] = [(t.op, t.candidate and t.candidate.problem) for t in tasks]
+        return {}, {}, 0
+
+    monkeypatch.setattr(batch, "run_pool", fake_pool)
+    monkeypatch.setattr(batch, "build_candidates", lambda *a, **k: {})
+    summary = batch.run_batch([other], [theirs], results, batch.Options(device="cpu", resume=True), "cross_entropy")
+    assert ("eval", "cross_entropy") in seen["tasks"]
+    assert summary["suite"]["correct"] == 0 and summary["unrecorded"] == 1
+
+
+def test_a_source_too_deep_to_scan_fails_alone(tmp_path):
+    """An expression of 600 terms overflowed the scan's recursion in the batch's parent: the whole batch was lost."""
+    from harness.scan import scan_violations
+    from harness.records import code_hash
+
+    deep = tmp_path / "deep.py"
+    deep.write_text("# cuda_sources\nimport torch\n_k = " + " + ".join(["1"] * 600) + "\n" + (FIXTURES / "correct.py").read_text())
+    found = scan_violations(deep)
+    assert all(rule == "introspection" for rule, _ in found)
+    code_hash(deep)
+    deeper = tmp_path / "deeper.py"
+    deeper.write_text("_k = " + "(" * 5000 + "1" + ")" * 5000 + "\n")
+    scan_violations(deeper), code_hash(deeper)  # beyond the parser: the import reports it
+    batch.builds_code(batch.candidates_for(batch.problem_ref("softmax"), tmp_path)[0])
+
+
+def test_a_file_name_that_is_not_utf8_gets_its_seeds():
+    from harness.seeds import derive_seed
+
+    name = "/tmp/b_bad\udcffname.py"  # how Python hands back the bytes b"\xff" of a file name
+    assert derive_seed(7, name, "one_row") != derive_seed(7, "/tmp/b_badname.py", "one_row")
+
+
 def test_resume_skips_recorded_candidates_and_reuses_recorded_baselines(tmp_path, monkeypatch):
     """Everything recorded already: --resume starts no worker and builds nothing, and the summary reads the file."""
     folder = tmp_path / "cands"

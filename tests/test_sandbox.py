@@ -222,6 +222,16 @@ def test_shared_files_can_be_written_never_cut_short(layout):
     assert (shared / "buffer").stat().st_size == 4096
 
 
+def test_only_a_gpu_worker_may_open_the_gpu_nodes(monkeypatch):
+    """A build that overlaps other candidates' timing runs with the GPUs hidden (CUDA_VISIBLE_DEVICES=""); its
+    solution's import could set the variable back before CUDA starts, so its sandbox holds no GPU node."""
+    monkeypatch.setattr(sandbox, "DEVICE_NODES", ("/dev/null",))
+    monkeypatch.setattr(sandbox, "GPU_NODES", ("/dev/zero",))  # stands in for /dev/nvidia*, which this machine may lack
+    assert "/dev/zero" in dict(sandbox._read_rules(["/dev"], gpu=True))
+    assert "/dev/zero" not in dict(sandbox._read_rules(["/dev"], gpu=False))
+    assert "/dev/null" in dict(sandbox._read_rules(["/dev"], gpu=False))
+
+
 def test_child_read_paths_leave_out_the_repository(tmp_path):
     solution = sandbox.REPO_ROOT / "solutions" / "softmax" / "x.py"
     problem = sandbox.REPO_ROOT / "problems" / "softmax"
