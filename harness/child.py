@@ -2,7 +2,8 @@
 
 Started by the parent as `python -m harness.child CMD_FD REPLY_FD GUARD_FD`. In this order, before any
 solution code exists in the process:
-  1. the first frame (the spec: paths, the channel's key, the sandbox's allow-lists) is read;
+  1. the first frame (the spec: paths, the channel's key, the sandbox's allow-lists) is read, and the size
+     of any file the process writes is capped (its output goes to a file of the parent's);
   2. the process confines itself (harness/sandbox.py: Landlock) so it can write only its scratch and
      build folders and cannot touch the parent;
   3. a second thread takes over (Python runs signal handlers in the main thread only, and no solution
@@ -85,13 +86,21 @@ def main(argv) -> None:
 
     cmd_fd, reply_fd, guard_fd = (int(a) for a in argv[:3])
     spec = recv_plain(cmd_fd)
+    # 1. no file may grow past the parent's limit (the build folder outlives this process; the output is read back),
+    # and a write past it fails with EFBIG instead of killing the process
+    import resource
+    import signal
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (spec["file_limit"], spec["file_limit"]))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     # 2. the sandbox, first of all (no thread exists yet: Landlock confines the calling thread and its children)
     sandbox_status = "none: the parent asked for no sandbox"
     if spec.get("sandbox"):
         from . import sandbox
 
         try:
-            sandbox_status = sandbox.confine(spec["read_paths"], spec["write_paths"], spec.get("map_paths", ()))
+            sandbox_status = sandbox.confine(spec["read_paths"], spec["write_paths"], spec.get("map_paths", ()),
+                                             gpu=str(spec.get("device", "cpu")).startswith("cuda"))
         except sandbox.SandboxUnavailable as error:
             sandbox_status = f"none: {error}"
     # 3. Everything else runs in a second thread. Python runs signal handlers in the main thread only, and

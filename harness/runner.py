@@ -61,6 +61,11 @@ NULL_BATCHES = 3
 # The share of the timed calls of every batch but the last (verified whole) whose outputs the parent checks,
 # chosen by its secret generator: wrong outputs in a fraction f of N calls pass with odds (1 - f / 4) ** N.
 VERIFIED_SHARE = 0.25
+# The largest file a child may write (RLIMIT_FSIZE; a build's objects are far smaller): its build folder outlives
+# it in the cache. Its output goes to a file of the parent's, of which the parent passes on the last OUTPUT_TAIL
+# bytes: one candidate that printed without end filled a batch worker's log.
+CHILD_FILE_LIMIT = 1 << 30
+OUTPUT_TAIL = 64 << 10
 
 
 @dataclasses.dataclass
@@ -163,14 +168,15 @@ class Worker:
         env = {**os.environ, **(env or {}), **sandbox.scratch_environment(self.scratch)}
         env["KINETO_LOG_LEVEL"] = "6"  # the op trace's profiler would print start/stop lines for every trial
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self.output = tempfile.TemporaryFile(prefix="harness-output-")  # unlinked: the child has only the descriptor
         self.process = subprocess.Popen([sys.executable, "-m", "harness.child", str(cmd_r), str(reply_w), str(guard_w)],
                                         pass_fds=(cmd_r, reply_w, guard_w), start_new_session=True, env=env, cwd=str(self.scratch),
-                                        stdin=subprocess.DEVNULL)
+                                        stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT)
         for fd in (cmd_r, reply_w, guard_w):
             os.close(fd)
         if nice:  # before the child is sent its spec: the compilers it starts inherit the priority
             os.setpriority(os.PRIO_PROCESS, self.process.pid, nice)
-        send_plain(cmd_w, {**spec, "key": key.hex(), "sandbox": config.sandbox, "scratch": str(self.scratch),
+        send_plain(cmd_w, {**spec, "key": key.hex(), "sandbox": config.sandbox, "scratch": str(self.scratch), "file_limit": CHILD_FILE_LIMIT,
                            "read_paths": [str(p) for p in self._read_paths()], "write_paths": self._write_paths(),
                            "map_paths": [str(self.shared)] if self.shared else [], "trusted_dirs": self._trusted_dirs()})
         self.send, self.recv = open_channel(reply_r, cmd_w, key)
@@ -328,9 +334,26 @@ class Worker:
             except OSError:
                 pass
         Worker.live.discard(self.process.pid)
+        self._pass_on_output()
         remove_tree(self.scratch)
         if self.shared:
             remove_tree(self.shared)
+
+    def _pass_on_output(self):
+        """The child's output, its last OUTPUT_TAIL bytes, on this process's stderr: printable characters only
+        (no terminal escapes), between two lines that name the target."""
+        try:
+            size = self.output.seek(0, os.SEEK_END)
+            self.output.seek(max(0, size - OUTPUT_TAIL))
+            text = self.output.read().decode("utf-8", "replace")
+            self.output.close()
+        except (OSError, ValueError):
+            return
+        text = "".join(c for c in text if c.isprintable() or c in "\n\t").strip()
+        if text:
+            name = Path(str(self.spec.get("path") or self.spec.get("name") or "the child")).name
+            cut = f" (its last {OUTPUT_TAIL >> 10} KiB of {size >> 10} KiB)" if size > OUTPUT_TAIL else ""
+            sys.stderr.write(f"--- output of {name}{cut} ---\n{text}\n--- end of the output of {name} ---\n")
 
     live: set = set()  # pids of the children running a target now
     owned: set = set()  # pids of this parent's own other processes (eval-batch's GPU workers): never strays
