@@ -38,18 +38,15 @@ def test_eval_json_and_exit_status(tmp_path):
                     "        e = (x.float() - x.float().amax(-1, keepdim=True)).exp()\n        return (e / e.sum(-1, keepdim=True)).to(x.dtype)\n")
     bad = tmp_path / "bad.py"
     bad.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.zeros_like(x)\n")
-    common = ["eval", "softmax", "--device", "cpu", "--shape", "one_row", "--trials", "2", "--budget", "0.1",
-              "--no-baselines", "--results", str(tmp_path / "results"), "--json"]
-    ok = _harness(*common, "--solution", str(good))
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    records = json.loads(ok.stdout)
-    assert [r["status"] for r in records] == ["ok"] and records[0]["timings"][0]["timer"] == "wall-clock"
-    failed = _harness(*common, "--solution", str(bad), "--seed", "99")
-    assert failed.returncode == 1
-    record = json.loads(failed.stdout)[0]
-    assert record["rule"] == "wrong-output" and "seed" not in record
+    args = ["eval", "softmax", "--device", "cpu", "--shape", "one_row", "--trials", "2", "--budget", "0.1", "--no-baselines",
+            "--results", str(tmp_path / "results"), "--json", "--seed", "99", "--solution", str(good), "--solution", str(bad)]
+    out = _harness(*args)
+    assert out.returncode == 1, out.stderr[-2000:]  # one rejected solution fails the run; exit 0 is test_a_cpu_run_...
+    ok, failed = json.loads(out.stdout)
+    assert ok["status"] == "ok" and ok["timings"][0]["timer"] == "wall-clock"
+    assert failed["rule"] == "wrong-output" and "seed" not in failed
     seeds = [json.loads(line) for line in (tmp_path / "results" / "seeds.jsonl").read_text().splitlines()]
-    assert seeds[-1]["seed"] == 99 and seeds[-1]["run_id"] == record["run_id"]  # written when the run ended
+    assert seeds[-1]["seed"] == 99 and seeds[-1]["run_id"] == failed["run_id"]  # written when the run ended
     board = (tmp_path / "results" / "leaderboard.md").read_text()
     assert "good.py" in board and "bad.py" in board and "wrong-output" in board
 
