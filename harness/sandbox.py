@@ -242,7 +242,8 @@ def confine(read_paths, write_paths, map_paths=(), gpu: bool = True) -> str:
     Put /dev/shm in `write_paths` where CUDA IPC is used (torch's reference-count files, CUDA's own cuda.shm.*
     files). Files under `map_paths` (the parent's shared files of a CPU run) can be read and written, not
     created, removed or truncated: a file cut short under the parent's mapping would kill it with SIGBUS.
-    `gpu` False leaves the GPU's device nodes out. Returns a short description; raises SandboxUnavailable when this cannot be done (the message says why)."""
+    `gpu` False leaves the GPU's device nodes out. Returns a short description; raises SandboxUnavailable when
+    this cannot be done (the message says why)."""
     abi = _require_abi()
     threads = _thread_count()
     if threads > 1:

@@ -146,12 +146,14 @@ def test_a_source_too_deep_to_scan_fails_alone(tmp_path):
 
     deep = tmp_path / "deep.py"
     deep.write_text("# cuda_sources\nimport torch\n_k = " + " + ".join(["1"] * 600) + "\n" + (FIXTURES / "correct.py").read_text())
-    found = scan_violations(deep)
-    assert all(rule == "introspection" for rule, _ in found)
+    assert scan_violations(deep) == []  # honest, only long
     code_hash(deep)
     deeper = tmp_path / "deeper.py"
     deeper.write_text("_k = " + "(" * 5000 + "1" + ")" * 5000 + "\n")
-    scan_violations(deeper), code_hash(deeper)  # beyond the parser: the import reports it
+    assert scan_violations(deeper) == [] and code_hash(deeper)  # beyond the parser (a SyntaxError): the import reports it
+    deepest = tmp_path / "deepest.py"
+    deepest.write_text("_k = " + " + ".join(["1"] * 10000) + "\n")
+    assert [rule for rule, _ in scan_violations(deepest)] == ["introspection"]  # the scan cannot read it: fail closed
     batch.builds_code(batch.candidates_for(batch.problem_ref("softmax"), tmp_path)[0])
 
 
