@@ -12,8 +12,10 @@ problem.yaml goes with it: `describe` measures the file and returns the mapping 
   and flops from torch's FlopCounterMode (matrix products and convolutions; element-wise work counts none),
   measured on the meta device (nothing is allocated), or for real on the CPU where meta cannot run the module;
 - tolerances by output dtype (problem.DEFAULT_TOLERANCE; integer outputs compare exactly);
-- core_aten_ops: the aten ops the reference dispatches (its forward under AtenOpRecorder and the profiler),
-  less views, copies, casts and allocations (TRIVIAL_OPS);
+- core_aten_ops: the aten ops the reference dispatches (its forward under AtenOpRecorder and the profiler, on
+  the meta device and for real on the CPU at the small shape, or at the default where there is none), less
+  views, copies, casts and allocations (problem.TRIVIAL_OPS), plus the patterns of each OP_FAMILIES family
+  they touch (a fused attention op for a softmax, a conv or mkldnn linear for a matrix product);
 - custom: partial (KernelBench lets a solution keep some of the reference's ops) and init_seed, so that Model in
   the parent and ModelNew in the child draw the same parameters.
 
@@ -23,6 +25,7 @@ writes it as DST/<stem>/problem.yaml beside a copy of the file (reference.py), l
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
 import shutil
 import sys
@@ -32,7 +35,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from .problem import DEFAULT_TOLERANCE, DTYPES, OUTPUT_DTYPES, ProblemError, load_module, load_problem, module_constants, problem_from_spec
+from .problem import (DEFAULT_TOLERANCE, DTYPES, OUTPUT_DTYPES, ProblemError, is_trivial, load_module, load_problem,
+                      module_constants, problem_from_spec)
 
 # A derived correctness shape moves at most this many bytes (inputs, parameters and output).
 SMALL_BYTES = 1 << 20
@@ -42,17 +46,20 @@ SCALE_FROM = 16
 MAX_FACTOR_LOG2 = 20
 # torch's generators are seeded with this before Model and ModelNew are built (their parameters then agree).
 INIT_SEED = 0
-# aten ops that are no computation of the problem's: copies, casts, allocations, fills and shape bookkeeping
-# (ops whose schema makes their output a view of an input are left out as well).
-TRIVIAL_OPS = frozenset({
-    "copy_", "_to_copy", "to", "clone", "contiguous", "detach", "detach_", "lift", "lift_fresh", "lift_fresh_copy", "alias",
-    "_copy_from", "_copy_from_and_resize", "set_", "resize_", "empty", "empty_like", "empty_strided", "new_empty",
-    "new_empty_strided", "empty_permuted", "as_strided_", "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones",
-    "full", "full_like", "new_full",
-    "fill_", "zero_", "scalar_tensor", "arange", "item", "_local_scalar_dense", "resolve_conj", "resolve_neg", "reshape",
-    "_reshape_alias", "_unsafe_view", "view_as", "reshape_as", "expand_as", "type_as", "flatten", "unflatten", "split",
-    "split_with_sizes", "chunk", "unbind", "tensor_split", "size", "stride", "numel", "dim", "is_contiguous",
-})
+# The default shape runs for real on the CPU, for the ops the CPU dispatches (a fused attention op, where the meta
+# device sees a decomposition), when it moves at most this many bytes and has no small shape that would show them.
+REAL_RUN_BYTES = 256 << 20
+# A reference op of one of these families brings the family's patterns into core_aten_ops: the same computation
+# under the names other backends and fused kernels give it (attention computes a softmax inside; a 1x1 conv or a
+# linear layer is a matrix product).
+OP_FAMILIES = (
+    (("*softmax*", "*attention*", "*logsumexp*"), ("*softmax*", "*logsumexp*", "*logcumsumexp*", "*attention*")),
+    (("mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "linear", "einsum", "mv", "addmv", "dot", "tensordot"),
+     ("mm", "bmm", "addmm", "baddbmm", "addbmm", "*matmul*", "*linear*", "einsum", "mv", "addmv", "dot", "vdot", "tensordot",
+      "_addmm_activation", "mkldnn_*", "*_mm", "*_bmm")),
+    (("*conv*",), ("*conv*", "mkldnn_*")),
+    (("sum", "mean", "nansum", "nanmean"), ("sum", "nansum", "mean", "nanmean")),
+)
 
 
 class KernelBenchError(ProblemError):
@@ -180,19 +187,13 @@ def _measure_anywhere(module, overrides: dict) -> Measurement:
         return measure(module, overrides, "cpu")
 
 
-def is_trivial(op: str) -> bool:
-    """True for an aten op that computes nothing of the problem: TRIVIAL_OPS, or one whose output is a view."""
-    if op in TRIVIAL_OPS:
-        return True
-    try:
-        packet = getattr(torch.ops.aten, op)
-        return any(getattr(packet, overload).is_view for overload in packet.overloads())
-    except Exception:  # noqa: BLE001 - a profiler name that is no aten op of this build
-        return False
-
-
 def core_ops(ops) -> list:
-    return sorted(op for op in set(ops) if not is_trivial(op))
+    """The non-trivial ops, and the patterns of each OP_FAMILIES family one of them belongs to."""
+    core = {op for op in set(ops) if not is_trivial(op)}
+    for members, patterns in OP_FAMILIES:
+        if any(fnmatch.fnmatchcase(op, member) for op in core for member in members):
+            core |= set(patterns)
+    return sorted(core)
 
 
 def scaled(constants: dict, factor: int) -> dict:
@@ -271,16 +272,16 @@ def describe(path) -> dict:
     shapes = [{"name": "default", "set": {}, "dtype": default.input_dtype, "use": ["correctness", "timing"], "default": True,
                "cost": default.cost}]
     ops = set(default.ops)
-    if default.cost["bytes"] <= SMALL_BYTES:  # cheap: run for real on the CPU, for the ops the profiler sees
-        try:
-            ops |= measure(module, {}, "cpu").ops
-        except Exception:  # noqa: BLE001 - runs on meta only (it calls .cuda()?): the dispatched ops must do
-            pass
     small = _small_shape(module, constants, default)
     if small is not None:
         overrides, measured = small
         shapes.append({"name": "small", "set": overrides, "dtype": measured.input_dtype, "use": ["correctness"], "cost": measured.cost})
         ops |= measured.ops
+    elif default.cost["bytes"] <= REAL_RUN_BYTES:  # run it for real on the CPU, for the ops the CPU dispatches
+        try:
+            ops |= measure(module, {}, "cpu").ops
+        except Exception:  # noqa: BLE001 - runs on meta only (it calls .cuda()?): the dispatched ops must do
+            pass
     return {
         "name": path.stem,
         "description": _description(module, path.stem),

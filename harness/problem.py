@@ -27,6 +27,7 @@ import functools
 import importlib.util
 import math
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -50,6 +51,17 @@ USES = {"correctness", "timing"}
 # may call some of them beside kernels of its own; such a record is marked `uses_reference_ops`. Under both, a
 # forward that launches no kernel of its own is rejected.
 CUSTOM_POLICIES = ("full", "partial")
+# aten ops that are no computation of the problem's: copies, casts, allocations, fills and shape bookkeeping
+# (ops whose schema makes their output a view of an input count as well: is_trivial).
+TRIVIAL_OPS = frozenset({
+    "copy_", "_to_copy", "to", "clone", "contiguous", "detach", "detach_", "lift", "lift_fresh", "lift_fresh_copy", "alias",
+    "_copy_from", "_copy_from_and_resize", "set_", "resize_", "empty", "empty_like", "empty_strided", "new_empty",
+    "new_empty_strided", "empty_permuted", "as_strided_", "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones",
+    "full", "full_like", "new_full",
+    "fill_", "zero_", "scalar_tensor", "arange", "item", "_local_scalar_dense", "resolve_conj", "resolve_neg", "reshape",
+    "_reshape_alias", "_unsafe_view", "view_as", "reshape_as", "expand_as", "type_as", "flatten", "unflatten", "split",
+    "split_with_sizes", "chunk", "unbind", "tensor_split", "size", "stride", "numel", "dim", "is_contiguous",
+})
 SHAPE_COST_KEYS = ("bytes", "bytes_written", "flops")
 # Transforms an input family may apply, in this order: "common" and "scale_rows" before the per-trial scale
 # and offset ("scales" replaces vary_inputs.scales for the family), "low_bits" after them (float32 shapes only: a
@@ -157,6 +169,12 @@ class Problem:
                 found.append(op)
         return sorted(found)
 
+    def ops_beside_reference(self, ops) -> list:
+        """The ops among `ops` that compute something and are not the reference's: the work a forward does itself
+        (a solution's own custom ops included)."""
+        used = set(self.reference_ops_in(ops))
+        return sorted(op for op in set(ops) if op not in used and not is_trivial(op.rpartition("::")[2]))
+
     def core_op_names(self) -> list:
         """core_aten_ops with each pattern spelled out as the aten ops this torch has that match it."""
         known = [name.split("::", 1)[1].split(".", 1)[0] for name in _torch_op_names() if name.startswith("aten::")]
@@ -207,6 +225,7 @@ class Problem:
     def module(self):
         if self._module is None:
             self._module = load_module(self.reference_path, f"harness_problem_{self.name}")
+            sys.modules.pop(f"harness_problem_{self.name}", None)  # no solution finds the reference by name
             self._defaults = module_constants(self._module)
         return self._module
 
@@ -353,8 +372,8 @@ def module_constants(module) -> dict:
     `input_shape`). Private names (_x), classes, functions and modules are not constants."""
     found = {}
     for name, value in vars(module).items():
-        if name.startswith("_"):
-            continue
+        if name.startswith("_") or isinstance(value, (type, types.ModuleType)) or callable(value):
+            continue  # `import torch.nn.functional as F` is no constant
         if name.isupper() or _is_number(value) or (isinstance(value, (tuple, list)) and value and all(_is_int(v) for v in value)):
             found[name] = value
     return found
@@ -388,6 +407,17 @@ def _torch_op_names() -> tuple:
 def _torch_namespaces() -> frozenset:
     """The op namespaces torch itself registers (aten, prims, mkldnn, quantized...)."""
     return frozenset(name.split("::", 1)[0] for name in _torch_op_names())
+
+
+def is_trivial(op: str) -> bool:
+    """True for an aten op that computes nothing of the problem: TRIVIAL_OPS, or one whose output is a view."""
+    if op in TRIVIAL_OPS:
+        return True
+    try:
+        packet = getattr(torch.ops.aten, op)
+        return any(getattr(packet, overload).is_view for overload in packet.overloads())
+    except Exception:  # noqa: BLE001 - a profiler name that is no aten op of this build
+        return False
 
 
 def _is_pattern(entry: str) -> bool:

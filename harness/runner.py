@@ -39,7 +39,7 @@ from .guard import GUARD_EXIT
 from .problem import REPO_ROOT, Problem, ProblemError, private_files
 from .records import Record, append_record, code_hash, environment, file_sha256
 from .rules import CHILD_MAY_REPORT, GUARD, WORKER_LOST, Failure
-from .scan import needs_cuda, scan_source, scan_violations
+from .scan import loads_extension, needs_cuda, scan_source, scan_violations
 from .seeds import derive_seed, new_master_seed
 from .timing import (TimingStats, burst_calls, copy_bandwidth, escape_bound, is_host_bound, matmul_rate, parent_clock_bound,
                      read_bandwidth, sets_per_batch)
@@ -606,7 +606,7 @@ class Run:
                     self._sync()
                     reply = worker.request(messages.Call(shape.name, described, describe_shared(slot)), self.config.call_timeout_s,
                                            f"running {shape.name} {label}", messages.CallReply)
-                    self._judge_ops(problem, record, reply.ops)
+                    self._judge_ops(problem, record, reply.ops, target)
                     where = " (inputs share their first and last elements with the previous trial: a cached result?)" if probe_from else ""
                     summary = self._verify(problem, shape, seed, slot, inputs, f"{shape.name} ({shape.dtype}), {label}{where}", "", probe_from)
                     for key, value in summary.items():
@@ -806,14 +806,21 @@ class Run:
             self._verify(problem, shape, seed_of(batch, i), slots[i], buffers[i], label, "a queued call")
         return float(device_ms)
 
-    @staticmethod
-    def _judge_ops(problem: Problem, record: Record, ops: list):
-        """A call that ran the reference's own ops is not a custom kernel, unless the problem allows some."""
+    def _judge_ops(self, problem: Problem, record: Record, ops: list, target: Target | None = None):
+        """A call that ran the reference's own ops is not a custom kernel, unless the problem allows some (custom:
+        partial) beside work of its own. On a GPU the kernel profile sees that work; on the CPU an extension's
+        loops dispatch nothing, and a forward of torch's ops alone must dispatch some that are not the reference's
+        and not mere data movement."""
         used = problem.reference_ops_in(ops)
         if used and problem.custom != "partial":
             raise Failure("not-custom-kernel", f"forward calls the reference's own op(s) aten::{', aten::'.join(used)}")
-        if used:  # custom: partial allows some of the reference's ops beside kernels of its own
-            record.uses_reference_ops = True
+        if not used:
+            return
+        own_loops = target is not None and target.path is not None and loads_extension(target.path)
+        if self.device.type == "cpu" and not problem.ops_beside_reference(ops) and not own_loops:
+            raise Failure("not-custom-kernel", f"every op forward dispatched is the reference's (aten::{', aten::'.join(used)}) "
+                                               "or moves data: nothing of its own")
+        record.uses_reference_ops = True
 
     def _profile(self, problem: Problem, worker: Worker, record: Record, shape):
         """Which kernels the call launched at this timing shape: none of its own is not a custom kernel. The

@@ -83,6 +83,12 @@ def needs_cuda(path: Path) -> bool:
     return "cuda_sources" in text or bool(re.search(r"\.cu['\"]", text)) or "with_cuda=True" in text
 
 
+def loads_extension(path: Path) -> bool:
+    """True when the solution builds a C++ or CUDA extension (torch.utils.cpp_extension): its own loops then run
+    where the dispatcher, and so the CPU's op records, cannot see them."""
+    return "cpp_extension" in Path(path).read_text(errors="replace")
+
+
 # ----- violations: what honest solutions never do, found in the syntax tree ----------------------------------
 # Modules a solution has no business importing.
 BANNED_MODULES = {

@@ -234,15 +234,53 @@ def test_an_extension_built_in_init_passes(tmp_path):
 
 
 @pytest.mark.slow
-def test_partial_accepts_the_reference_op_and_marks_it(tmp_path):
-    """custom: partial (a KernelBench file's default): a forward calling aten::sum passes and is marked."""
-    out = _harness("eval", str(FILES[SUM].relative_to(REPO)), "--solution", str(SOLUTIONS / "sum_reference_op.py"),
-                   "--results", str(tmp_path), *FAST)
-    assert out.returncode == 0, out.stderr[-2000:]
-    (record,) = json.loads(out.stdout)
-    assert record["status"] == "ok" and record["uses_reference_ops"] is True
-    row = next(line for line in (tmp_path / "leaderboard.md").read_text().splitlines() if "sum_reference_op.py**" in line)
+def test_partial_accepts_the_reference_op_beside_work_of_its_own_and_marks_it(tmp_path):
+    """custom: partial (a KernelBench file's default): a forward calling aten::sum for half the work passes and is
+    marked; one calling aten::sum alone is the reference and is rejected, as under full."""
+    out = _harness("eval", str(FILES[SUM].relative_to(REPO)), "--solution", str(SOLUTIONS / "sum_partial.py"),
+                   "--solution", str(SOLUTIONS / "sum_reference_op.py"), "--results", str(tmp_path), *FAST)
+    assert out.returncode == 1, out.stderr[-2000:]
+    partial, reference = json.loads(out.stdout)
+    assert partial["status"] == "ok" and partial["uses_reference_ops"] is True, partial
+    assert reference["rule"] == "not-custom-kernel" and "nothing of its own" in reference["reason"], reference
+    row = next(line for line in (tmp_path / "leaderboard.md").read_text().splitlines() if "sum_partial.py**" in line)
     assert "with reference ops" in row
+
+
+@pytest.mark.parametrize("custom, ops, extension, verdict", [
+    ("full", ["sum", "empty"], False, "not-custom-kernel"),
+    ("partial", ["sum", "empty", "view"], False, "not-custom-kernel"),  # the reference's op and data movement only
+    ("partial", ["sum", "cumsum", "add"], False, "marked"),  # work of its own beside it
+    ("partial", ["sum", "empty"], True, "marked"),  # an extension's own loops dispatch nothing the CPU can see
+    ("partial", ["cumsum", "add"], False, "clean"),
+])
+def test_the_cpu_op_rule_under_each_policy(tmp_path, custom, ops, extension, verdict):
+    from harness.records import Record
+    from harness.runner import Config, Failure, Run, Target
+
+    problem = load_problem(FILES[SUM])
+    problem.custom = custom
+    solution = tmp_path / "s.py"
+    solution.write_text("from torch.utils.cpp_extension import load_inline\n" if extension else "import torch\n")
+    run = Run(torch.device("cpu"), tmp_path / "runs.jsonl", Config())
+    record = Record.__new__(Record)
+    record.uses_reference_ops = False
+    try:
+        run._judge_ops(problem, record, ops, Target("solution", "s", path=solution))
+    except Failure as failure:
+        assert verdict == failure.rule
+        return
+    assert verdict == ("marked" if record.uses_reference_ops else "clean")
+
+
+def test_an_attention_reference_names_its_fused_cpu_op(tmp_path):
+    """With no constant to scale and a default over 1 MB there is no small shape: the meta run alone saw SDPA's
+    decomposition (_safe_softmax, bmm), and the CPU's fused op went unnamed. The default runs for real, and a
+    softmax or attention op brings its family of patterns."""
+    spec = kernelbench.describe(REPO / "tests" / "fixtures" / "kernelbench_extra" / "Attention_fixed.py")
+    problem = kernelbench.problem_from_file(REPO / "tests" / "fixtures" / "kernelbench_extra" / "Attention_fixed.py")
+    assert "_scaled_dot_product_flash_attention_for_cpu" in problem.reference_ops_in(["_scaled_dot_product_flash_attention_for_cpu"])
+    assert problem.reference_ops_in(["_scaled_dot_product_efficient_attention", "_softmax"]) and spec["custom"] == "partial"
 
 
 def test_the_leaderboard_marks_reference_ops():
@@ -320,3 +358,14 @@ def test_the_profile_rule_under_each_policy(tmp_path, monkeypatch, custom, own_k
     else:
         run._profile(problem, worker, record, problem.default_shape)
         assert bool(record.uses_reference_ops) is (verdict == "marked")
+
+
+def test_the_reference_module_is_not_left_where_a_solution_could_find_it(problems):
+    """A solution found Model in sys.modules["harness_problem_*"] and ran the reference as its own (the meta
+    run had missed the op it dispatched); `F` for torch.nn.functional was taken for a shape constant."""
+    import sys
+
+    problem = problems[SUM]
+    assert problem.module.Model is not None and not [n for n in sys.modules if n.startswith("harness_problem_")]
+    module = kernelbench._import(REPO / "tests" / "fixtures" / "kernelbench_extra" / "Attention_fixed.py")
+    assert "F" not in kernelbench.module_constants(module)
