@@ -166,6 +166,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     keys_now = thread_keys.now
     wire = messages.wire  # bound now: the replies never pass through a lookup the solution could redirect
     kernel_summary, traced_ops = profiling.kernel_summary, profiling.traced_ops
+    own_kernels = frozenset(spec.get("own_kernels") or ())  # what the solution's sources declare (the parent read them)
     # Bound now, for what the child reads after the solution's code and before the checkpoint (where a lookup
     # could be redirected for one use): the op names' type, an output's storage size.
     type_, str_, set_, tensor_type = type, str, set, torch.Tensor
@@ -415,7 +416,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         def reply():
             if rows is None:
                 raise Failure("tampering", "during the profiled calls: the kernel trace was stopped or replaced")
-            return messages.ProfileReply(ops=sorted(traced_ops(rows)), **kernel_summary(rows))
+            return messages.ProfileReply(ops=sorted(traced_ops(rows)), **kernel_summary(rows, own_names=own_kernels))
         return reply
 
     def probe(_msg):

@@ -1,7 +1,9 @@
 """Which kernels a call launched, and what share of GPU time the solution's own kernels took.
 
-Kernels from PyTorch, cuBLAS/cuDNN/CUTLASS and Triton are the library's; anything else was built by
-the solution. No kernel of its own means the solution is not a custom kernel.
+A kernel is the solution's own when its sources declare it (a `__global__` function, a `@triton.jit` one) and
+its name is none of the library's (PyTorch, cuBLAS/cuDNN/CUTLASS, Triton's generated ones). Sources that declare
+no kernel (macros, CUTLASS templates) fall back to the library's names alone, a deny-list: cub's, cuFFT's and
+jiterator's kernels would then count as the solution's. No kernel of its own means no custom kernel.
 """
 from __future__ import annotations
 
@@ -15,6 +17,26 @@ LIBRARY_KERNEL = re.compile(
     r"distribution_|philox|fill_kernel|CatArrayBatched|indexSelect|scatter_gather)",
     re.IGNORECASE,
 )
+
+# Words that stand between __global__ and a kernel's name and are followed by a parenthesis themselves.
+_QUALIFIERS = frozenset({"__launch_bounds__", "__cluster_dims__", "__maxnreg__", "alignas", "__attribute__"})
+
+
+def declared_kernels(source: str) -> frozenset:
+    """The names of the kernels a source declares: each `__global__` function's, and each Triton function's."""
+    names = set()
+    for match in re.finditer(r"\b__global__\b", source):
+        declaration = re.split(r"[{;]", source[match.end():match.end() + 2000], maxsplit=1)[0]
+        called = [word for word in re.findall(r"\b([A-Za-z_]\w*)\s*\(", declaration) if word not in _QUALIFIERS]
+        names.update(called[:1])
+    names.update(re.findall(r"@triton\.(?:jit|autotune)[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)", source))
+    return frozenset(names)
+
+
+def _is_own(name: str, own_names) -> bool:
+    if LIBRARY_KERNEL.search(name):
+        return False
+    return not own_names or any(re.search(rf"\b{re.escape(word)}\b", name) for word in own_names)
 
 
 def _make_trace(cuda: bool):
@@ -100,14 +122,15 @@ def make_kernel_trace():
     return _make_trace(cuda=True)
 
 
-def kernel_summary(rows, calls: int = 2) -> dict:
-    """The GPU activity of a kernel trace: each kernel's time per call, whose it is, the solution's share."""
+def kernel_summary(rows, calls: int = 2, own_names=frozenset()) -> dict:
+    """The GPU activity of a kernel trace: each kernel's time per call, whose it is (`own_names`: the kernels
+    the solution declares, declared_kernels; empty: any not the library's), the solution's share."""
     per_name = {}
     for name, on_gpu, duration_ns in rows:
         if on_gpu and duration_ns > 0:
             count, total = per_name.get(name, (0, 0))
             per_name[name] = (count + 1, total + duration_ns)
-    kernels = [{"name": str(name)[:160], "calls": count, "us": total / 1e3 / calls, "own": not LIBRARY_KERNEL.search(name)}
+    kernels = [{"name": str(name)[:160], "calls": count, "us": total / 1e3 / calls, "own": _is_own(name, own_names)}
                for name, (count, total) in per_name.items()]
     kernels.sort(key=lambda k: -k["us"])
     total = sum(k["us"] for k in kernels)

@@ -37,6 +37,7 @@ from .channel import ChannelError, describe_shared, new_key, open_channel, send_
 from .correctness import check_output, inputs_unchanged, native_reference, reference_output, self_check
 from .guard import GUARD_EXIT
 from .problem import REPO_ROOT, Problem, ProblemError, private_files
+from .profiling import declared_kernels
 from .records import Record, append_record, code_hash, environment, file_sha256
 from .rules import CHILD_MAY_REPORT, GUARD, WORKER_LOST, Failure
 from .scan import loads_extension, needs_cuda, scan_source, scan_violations
@@ -481,6 +482,8 @@ class Run:
                 "function": target.function}
         if target.path:
             spec["extension_dir"] = str(build.extension_dir(Path(target.path), problem.name))
+            sources = [Path(target.path), *private_files(Path(target.path))]
+            spec["own_kernels"] = sorted(set().union(*(declared_kernels(p.read_text(errors="replace")) for p in sources)))
         return spec
 
     def evaluate_target(self, problem: Problem, target: Target, baselines: dict) -> dict:

@@ -523,3 +523,26 @@ def test_finalizer_during_the_guards_own_frame_walk_is_judged(tmp_path):
                 Bomb()
                 open("/proc/self/status").close()
     """, "introspection", "sys._getframe")
+
+
+def test_own_kernels_are_those_the_solution_declares():
+    """Which GPU kernels are the solution's: a deny-list of library names let cub's, cuFFT's and jiterator's
+    kernels (no at:: in their names) count as its own. Where the sources declare kernels, only those count."""
+    source = textwrap.dedent('''
+        cuda_src = r"""
+        template <int N> __global__ void __launch_bounds__(256) rows_kernel(const float* x) {}
+        __global__ void
+        finish(float* y, int n) {}
+        """
+        @triton.jit
+        def tri_kernel(x_ptr):
+            pass
+    ''')
+    assert profiling.declared_kernels(source) == {"rows_kernel", "finish", "tri_kernel"}
+    assert profiling.declared_kernels("import torch\n") == frozenset()
+    rows = [("void rows_kernel<4>(float const*)", True, 3000), ("void at_cuda_detail::cub::DeviceScanKernel<int>(int*)", True, 5000),
+            ("void at::native::vectorized_elementwise_kernel<4, rows_kernel>(int)", True, 1000), ("aten::cumsum", False, 9000)]
+    mine = profiling.kernel_summary(rows, own_names=frozenset({"rows_kernel", "finish"}))
+    assert mine["own_kernels"] == 1 and abs(mine["own_share"] - 3 / 9) < 1e-9
+    anyone = profiling.kernel_summary(rows)  # no declared kernels (macros, CUTLASS): the library's names decide
+    assert anyone["own_kernels"] == 2
