@@ -472,7 +472,9 @@ def test_suite_mode_on_two_kernelbench_problems(tmp_path):
                 super().__init__()
                 self.dim = dim
             def forward(self, x):
-                return x.double().sum(dim=self.dim, keepdim=True).to(x.dtype)
+                # a running sum, not aten::sum: under custom: partial a forward of the reference's op alone is rejected
+                d = self.dim
+                return x.double().cumsum(dim=d).narrow(d, x.shape[d] - 1, 1).to(x.dtype)
     """))
     (samples / "4_LeakyReLU" / "0.py").write_text(textwrap.dedent("""
         import torch
