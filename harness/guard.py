@@ -921,15 +921,6 @@ def seal_frame_hooks() -> list:
     return calls
 
 
-def _torch_op_namespaces() -> frozenset:
-    """The op namespaces torch has registered so far (aten, prims, mkldnn, quantized...): read by the seals before
-    the solution loads, so a namespace of the solution's own is never among them."""
-    import torch
-
-    all_ops = getattr(torch._C, "_dispatch_get_all_op_names", lambda: ["aten::", "prims::", "prim::"])
-    return frozenset(name.split("::", 1)[0] for name in all_ops())
-
-
 def seal_torch_library() -> list:
     """Replace torch._C._dispatch_library, wherever it is held, with a version that refuses torch's own
     namespaces: no library for aten (nor "_", whose IMPL registers backend fallbacks), and no IMPL library for
@@ -940,13 +931,14 @@ def seal_torch_library() -> list:
     before ModuleSnapshot() and install(). Returns the refusals (each the Failure raised), which the checkpoint reads."""
     import torch
 
+    from .problem import torch_namespaces as namespaces_of_torch
     from .rules import Failure
 
     calls: list = []
     original = getattr(torch._C, "_dispatch_library", None)
     if original is None:
         return calls
-    torch_namespaces = _torch_op_namespaces() | {"_"}
+    torch_namespaces = namespaces_of_torch() | {"_"}
     str_, type_ = str, type
 
     def library(kind, ns, *args, **kwargs):
@@ -978,10 +970,11 @@ def seal_direct_calls() -> list:
     before ModuleSnapshot() and install(). Returns the refusals, each the Failure raised."""
     import torch
 
+    from .problem import torch_namespaces as namespaces_of_torch
     from .rules import Failure
 
     calls: list = []
-    torch_namespaces = _torch_op_namespaces()
+    torch_namespaces = namespaces_of_torch()
     # Bound: the seals run at every call, and a solution can rewrite a module's dict (builtins included) for one use
     str_, type_, getattr_, tuple_, len_, opaque = str, type, getattr, tuple, len, _opaque
     entry_prefix, entry_keys = _ENTRY_KEY_PREFIX, _ENTRY_KEYS

@@ -163,7 +163,7 @@ class Problem:
         found = []
         for op in set(ops):
             namespace, _, name = op.rpartition("::")
-            if namespace and namespace not in _torch_namespaces():
+            if namespace and namespace not in torch_namespaces():
                 continue
             if any(fnmatch.fnmatchcase(name, entry) for entry in self.core_aten_ops):
                 found.append(op)
@@ -404,8 +404,9 @@ def _torch_op_names() -> tuple:
 
 
 @functools.lru_cache(maxsize=1)
-def _torch_namespaces() -> frozenset:
-    """The op namespaces torch itself registers (aten, prims, mkldnn, quantized...)."""
+def torch_namespaces() -> frozenset:
+    """The op namespaces torch itself registers (aten, prims, mkldnn, quantized...); the child's seals read them
+    first, before the solution loads, so a namespace of the solution's own is never among them."""
     return frozenset(name.split("::", 1)[0] for name in _torch_op_names())
 
 
