@@ -97,9 +97,9 @@ def open_channel(read_fd: int, write_fd: int, key: bytes) -> tuple:
         """The next message; TimeoutError when none began to arrive in `timeout` seconds (None: wait).
         Once a frame has begun it is read whole (a frame cut short is an error, never a timeout that
         would leave the stream in the middle of a frame)."""
-        if timeout is not None and not wait([read_fd], [], [], timeout)[0]:
+        if not wait([read_fd], [], [], timeout)[0]:  # None: as long as it takes (the child between requests)
             raise TimeoutError
-        deadline = now() + FRAME_SECONDS
+        deadline = now() + FRAME_SECONDS  # from the frame's first byte, never from the wait before it
         try:
             (length,) = unpack(read_exact(header, deadline))
             if length > limit:

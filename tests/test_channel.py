@@ -70,6 +70,21 @@ def test_a_frame_that_arrives_in_pieces_is_read_whole_past_the_timeout():
         recv(0.05)  # nothing began: a plain timeout
 
 
+def test_with_no_timeout_the_reader_waits_for_a_frame_as_long_as_it_takes(monkeypatch):
+    """The child waits for its next request with no timeout, and the parent may be busy for minutes between
+    two requests (a host-bound figure timed again in four fresh processes of a slow-loading baseline): only a
+    frame that has begun is bound by FRAME_SECONDS. Seen on an H100: torch.compile's InfoNCE child gave up
+    after 60 s idle and was reported as a crash."""
+    from harness import channel
+
+    monkeypatch.setattr(channel, "FRAME_SECONDS", 0.1)
+    (send, _), (_, recv), _ = _pair()
+    writer = threading.Thread(target=lambda: (time.sleep(0.4), send({"cmd": "probe"})))
+    writer.start()
+    assert recv() == {"cmd": "probe"}  # idle four times FRAME_SECONDS, then a whole frame
+    writer.join()
+
+
 def test_a_reply_written_just_before_the_child_exits_is_read_not_taken_for_a_crash():
     """The parent waits in short slices and checks whether the child lives between them; a child that
     replies and exits inside one slice must still be heard (a solution's child exits after its first failure)."""
