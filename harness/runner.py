@@ -153,6 +153,17 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
+def child_environment(scratch: Path, extra: dict | None = None) -> dict:
+    """A child's environment: the parent's, `extra`, every tool's files in `scratch`, and two settings."""
+    env = {**os.environ, **(extra or {}), **sandbox.scratch_environment(scratch)}
+    env["KINETO_LOG_LEVEL"] = "6"  # the op trace's profiler would print start/stop lines for every trial
+    # torch.compile compiles in the child itself: its pool of compile processes, once warm, failed every later
+    # shape in the sandbox (InductorError: SubprocException on the bf16 shapes, H100 and H200, torch 2.11)
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
 class Worker:
     """The parent's end of one child process: spawn, sandbox spec, authenticated requests, cleanup. Each
     request names a command whose handler of the same name runs in the child (harness/child.py)."""
@@ -166,9 +177,7 @@ class Worker:
         self.guard_r, guard_w = os.pipe()
         key = new_key()
         self.children_before = set(sandbox.children())
-        env = {**os.environ, **(env or {}), **sandbox.scratch_environment(self.scratch)}
-        env["KINETO_LOG_LEVEL"] = "6"  # the op trace's profiler would print start/stop lines for every trial
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env = child_environment(self.scratch, env)
         self.output = tempfile.TemporaryFile(prefix="harness-output-")  # unlinked: the child has only the descriptor
         self.process = subprocess.Popen([sys.executable, "-m", "harness.child", str(cmd_r), str(reply_w), str(guard_w)],
                                         pass_fds=(cmd_r, reply_w, guard_w), start_new_session=True, env=env, cwd=str(self.scratch),

@@ -259,6 +259,17 @@ def test_scratch_environment_points_into_scratch(tmp_path):
     assert "HOME" not in env
 
 
+def test_a_childs_environment_keeps_torch_compile_in_the_child(tmp_path):
+    """torch.compile's pool of compile processes failed every shape compiled after it warmed up, inside the
+    sandbox on the GPU machines (torch 2.11): the child compiles in its own process."""
+    from harness.problem import REPO_ROOT
+    from harness.runner import child_environment
+
+    env = child_environment(tmp_path, {"EXTRA": "1"})
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and env["EXTRA"] == "1"
+    assert Path(env["TMPDIR"]).is_relative_to(tmp_path) and env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO_ROOT)
+
+
 def test_reap_strays_kills_double_forked_orphans():
     """A helper process acts as the parent: it becomes a subreaper, runs a child that leaves a setsid'd,
     double-forked `sleep`, and reap_strays finds and kills it, while a kept Popen keeps its exit status."""
