@@ -150,6 +150,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
 
     from . import build, guard, messages, profiling, timing
     from .channel import open_shared
+    from .sandbox import pycache_prefix
     from .integrity import AtenOpRecorder, poison_freed
     from .problem import load_module, load_problem
 
@@ -181,6 +182,8 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     profiler_calls = guard.seal_profiler() if is_solution else []
     direct_calls = guard.seal_direct_calls() if is_solution else []
     fuser_calls = guard.seal_fusers() if is_solution else []
+    # torch was imported from the bytecode beside it; from here on, before any solution code, the cache is scratch's
+    sys.pycache_prefix = pycache_prefix(spec["scratch"])
     snapshot_changes = guard.ModuleSnapshot().changes
     dispatch_changes = guard.DispatchTables(["aten::" + op for op in problem.core_op_names()]).changes
     # Every aten op's kernels, at the load's checkpoint and at a secret eighth of the others (a kernel that serves

@@ -229,6 +229,29 @@ def test_the_physics_floor_reads_at_the_read_ceiling_and_writes_at_what_a_copy_c
 HONEST_MODEL = HONEST.read_text()
 
 
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
+def test_bytecode_shipped_beside_a_solution_never_runs(tmp_path, sandboxed):
+    """The scan reads the source; Python would run a cached .pyc beside it instead, and an unchecked-hash .pyc
+    is never compared with its source. The child imports the solution with its bytecode cache in its own
+    scratch folder, so what ran is what was read."""
+    import importlib.util
+    import py_compile
+
+    folder = tmp_path / "candidates"
+    folder.mkdir()
+    honest = Path(__file__).parent / "adversarial" / "honest_softmax_torch.py"
+    solution = folder / "candidate.py"
+    solution.write_text(honest.read_text())
+    forged = tmp_path / "forged.py"
+    forged.write_text("raise RuntimeError('the shipped bytecode ran')\n")
+    py_compile.compile(str(forged), cfile=importlib.util.cache_from_source(str(solution)), doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    config = Config(trials=2, budget_s=0.1, min_reps=3, call_timeout_s=60, shapes=("tiny",), sandbox=sandboxed)
+    record = Run(torch.device("cpu"), tmp_path / "runs.jsonl", config).evaluate_target(
+        find_problem("softmax"), Target("solution", "candidate", path=solution), baselines={})
+    assert record["status"] == "ok", (record["rule"], record["reason"])
+
+
 def test_a_childs_output_reaches_the_parent_as_its_tail_and_its_files_are_capped(tmp_path, capfd):
     """A candidate that printed without end filled eval-batch's worker log (67 MB from one file): the child writes
     to a file of the parent's, capped, and the parent passes on only its last lines, control bytes removed. What a
