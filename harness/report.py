@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -14,6 +15,7 @@ class Reporter:
     def __init__(self, quiet: bool = False, stream=None):
         self.console = Console(file=stream or sys.stderr, highlight=False, soft_wrap=True)
         self.quiet = quiet
+        self.start = time.monotonic()  # progress lines say when they happened: a log shows where the time went
 
     def __call__(self, message: str = "", record: dict | None = None):
         if self.quiet:
@@ -21,7 +23,7 @@ class Reporter:
         if record is not None:
             self.console.print(f"  [bold]{record.get('path') or record['name']}[/bold]: {verdict_text(record)}")
         elif message:
-            self.console.print(f"  [dim]{message}[/dim]")
+            self.console.print(f"  [dim]{time.monotonic() - self.start:6.1f} s  {escape(message)}[/dim]")
 
     def heading(self, text: str):
         if not self.quiet:
