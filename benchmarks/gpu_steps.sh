@@ -13,9 +13,9 @@
 #   eval:PROBLEM   make eval PROBLEM=PROBLEM (extra arguments in $EVAL_ARGS); results/ as the run leaves it
 #   old-eval:PROBLEM  the same with an older harness, for its wall time only: make it first with
 #                  mkdir "$OLD" && git archive REV harness problems solutions | tar -x -C "$OLD"
-#   tests          the GPU-marked tests (under $TEST_PATHS, all when unset), in $TEST_JOBS shards at once. Shards
-#                  share the GPU: processes time-slice it, so the parent's clock sees other shards' work between
-#                  calls and honest kernels can fail escaped-timing. Verdicts to quote come from TEST_JOBS=1
+#   tests          the GPU-marked tests (under $TEST_PATHS, all when unset), $TEST_JOBS at once. Tests at once
+#                  share the GPU: processes time-slice it, so the parent's clock sees the others' work between
+#                  calls and honest kernels can fail escaped-timing. Timing verdicts to quote come from TEST_JOBS=1
 #   trust          the trust-boundary and exploit suites on the GPU
 #   check:PROBLEM  benchmarks/check.py PROBLEM --quick (correctness of every solution, timing beside eager)
 #   timing         benchmarks/timing_check.py: the harness's timing against do_bench, every timing shape
@@ -74,23 +74,15 @@ batch_collect() {
   if [ -f "$BATCH_WORK/batch_warm/summary.md" ]; then head -30 "$BATCH_WORK/batch_warm/summary.md"; fi
 }
 
-# The GPU-marked tests under the given paths (all when none), in $TEST_JOBS shards at once: the device has no
-# pytest-xdist. The shards' logs go, one after the other, to $OUT/NAME.log; the failures and each shard's count follow.
-sharded() {
-  local name=$1 n ids; shift
-  ids="$BATCH_WORK/$name.ids"
-  mkdir -p "$BATCH_WORK"
-  "$PYTHON" -m pytest -q -m gpu --collect-only "$@" 2>/dev/null | grep "::" > "$ids"
-  echo "$(wc -l < "$ids") tests in $TEST_JOBS shards"
-  for ((n = 0; n < TEST_JOBS; n++)); do
-    awk -v n="$n" -v k="$TEST_JOBS" 'NR % k == n' "$ids" > "$ids.$n"
-    [ -s "$ids.$n" ] && timeout 1800 "$PYTHON" -m pytest -q -m gpu -ra --tb=short -p no:cacheprovider $(cat "$ids.$n") \
-      > "$ids.$n.log" 2>&1 &
-  done
-  wait
-  cat "$ids".*.log > "$OUT/$name.log"
-  grep -h "^FAILED\|^ERROR\|^XFAIL\|^XPASS" "$ids".*.log
-  tail -qn 1 "$ids".*.log
+# The GPU-marked tests under the given paths (all when none), $TEST_JOBS at once (pytest-xdist, which the device's
+# image has), logged as they run to $OUT/NAME.log (a call cut short still brings back what ran); the failures follow.
+gpu_tests() {
+  local name=$1; shift
+  local jobs=()
+  [ "$TEST_JOBS" -gt 1 ] && jobs=(-n "$TEST_JOBS")
+  timeout 1800 "$PYTHON" -m pytest -v -m gpu -ra --tb=short -p no:cacheprovider "${jobs[@]}" "$@" > "$OUT/$name.log" 2>&1
+  grep -h "^FAILED\|^ERROR\|^XFAIL\|^XPASS" "$OUT/$name.log"
+  tail -n 1 "$OUT/$name.log"
 }
 
 for step in "$@"; do
@@ -118,9 +110,9 @@ for step in "$@"; do
       name=${step#old-eval:}; log "old eval $name in $OLD"
       (cd "$OLD" && timed timeout 1800 "$PYTHON" -m harness eval "$name" ${EVAL_ARGS:-} --results "$OUT/old_results" > "$OUT/old_eval_$name.log" 2>&1) ;;
     tests)
-      log tests; timed sharded tests_gpu ${TEST_PATHS:-} ;;
+      log tests; timed gpu_tests tests_gpu ${TEST_PATHS:-} ;;
     trust)
-      log trust; timed sharded tests_trust tests/test_trust_boundary.py tests/test_adversarial.py ;;
+      log trust; timed gpu_tests tests_trust tests/test_trust_boundary.py tests/test_adversarial.py ;;
     check:*)
       name=${step#check:}; log "check $name"
       timed timeout 1800 "$PYTHON" benchmarks/check.py "$name" --quick 2>&1 | tee "$OUT/check_$name.log" | grep -v "^  PASS" | tail -40 ;;
