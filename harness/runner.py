@@ -154,12 +154,13 @@ def _signal_name(code: int) -> str:
 
 
 def child_environment(scratch: Path, extra: dict | None = None) -> dict:
-    """A child's environment: the parent's, `extra`, every tool's files in `scratch`, and two settings."""
+    """A child's environment: the parent's, `extra`, every tool's files in `scratch`, and three settings."""
     env = {**os.environ, **(extra or {}), **sandbox.scratch_environment(scratch)}
     env["KINETO_LOG_LEVEL"] = "6"  # the op trace's profiler would print start/stop lines for every trial
     # torch.compile compiles in the child itself: its pool of compile processes, once warm, failed every later
     # shape in the sandbox (InductorError: SubprocException on the bf16 shapes, H100 and H200, torch 2.11)
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    env.pop("PYTHONPYCACHEPREFIX", None)  # torch's own bytecode beside it; the child moves the cache into scratch itself
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
 

@@ -261,12 +261,14 @@ def test_scratch_environment_points_into_scratch(tmp_path):
 
 def test_a_childs_environment_keeps_torch_compile_in_the_child(tmp_path):
     """torch.compile's pool of compile processes failed every shape compiled after it warmed up, inside the
-    sandbox on the GPU machines (torch 2.11): the child compiles in its own process."""
+    sandbox on the GPU machines (torch 2.11): the child compiles in its own process. And it imports torch from
+    the bytecode beside it, whatever the parent's environment says."""
     from harness.problem import REPO_ROOT
     from harness.runner import child_environment
 
-    env = child_environment(tmp_path, {"EXTRA": "1"})
+    env = child_environment(tmp_path, {"EXTRA": "1", "PYTHONPYCACHEPREFIX": "/somewhere/empty"})
     assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and env["EXTRA"] == "1"
+    assert "PYTHONPYCACHEPREFIX" not in env  # an empty cache would make the child compile torch from source
     assert Path(env["TMPDIR"]).is_relative_to(tmp_path) and env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO_ROOT)
 
 
