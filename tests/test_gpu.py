@@ -67,7 +67,7 @@ def test_broken_solutions_beside_good_ones_each_get_their_reason(tmp_path):
     broken = repo / "tests" / "fixtures" / "broken"
     files = [repo / "solutions" / "softmax" / "register_rows.py"] + [broken / f"{n}.py" for n in ("segfault", "hang_kernel", "illegal_access", "compile_error")]
     args = [sys.executable, "-m", "harness", "eval", "softmax", "--shape", "one_row", "--shape", "8192x16384_fp32", "--trials", "5",
-            "--timeout", "60", "--budget", "0.5", "--no-externals", "--results", str(tmp_path), "--json"]
+            "--timeout", "20", "--budget", "0.5", "--no-externals", "--results", str(tmp_path), "--json"]
     for f in files:
         args += ["--solution", str(f)]
     out = subprocess.run(args, cwd=repo, capture_output=True, text=True, timeout=1800)
