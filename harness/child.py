@@ -182,8 +182,10 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     profiler_calls = guard.seal_profiler() if is_solution else []
     direct_calls = guard.seal_direct_calls() if is_solution else []
     fuser_calls = guard.seal_fusers() if is_solution else []
-    # torch was imported from the bytecode beside it; from here on, before any solution code, the cache is scratch's
-    sys.pycache_prefix = pycache_prefix(spec["scratch"])
+    # torch was imported from the bytecode beside it. From here on, before any solution code, no bytecode is written
+    # (the guard refuses any .pyc write, and any .pyc read outside the installed packages), and what importlib
+    # would look for is in scratch: a .pyc shipped beside a solution is never read in place of its source.
+    sys.pycache_prefix, sys.dont_write_bytecode = pycache_prefix(spec["scratch"]), True
     snapshot_changes = guard.ModuleSnapshot().changes
     dispatch_changes = guard.DispatchTables(["aten::" + op for op in problem.core_op_names()]).changes
     # Every aten op's kernels, at the load's checkpoint and at a secret eighth of the others (a kernel that serves

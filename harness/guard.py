@@ -131,13 +131,9 @@ def _roots(paths) -> tuple:
     return tuple(sorted({_real(p) for p in paths if p}))
 
 
-def _solution_paths(solution_files) -> tuple:
-    """The solution files as given and resolved, and where importlib would cache their bytecode."""
-    import importlib.util
-
-    files = frozenset({str(p) for p in solution_files} | {_real(p) for p in solution_files})
-    caches = frozenset(_real(importlib.util.cache_from_source(_real(p))) for p in solution_files)
-    return files, caches
+def _solution_paths(solution_files) -> frozenset:
+    """The solution files as given and resolved."""
+    return frozenset({str(p) for p in solution_files} | {_real(p) for p in solution_files})
 
 
 def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
@@ -172,15 +168,16 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
     mro_of = type.__dict__["__mro__"].__get__      # the real MRO and class dict, whatever a metaclass says
     dict_of = type.__dict__["__dict__"].__get__
     path_types = frozenset({pathlib.PosixPath, pathlib.PurePosixPath})
-    # importlib's own code, by identity: the only code that may run trusted-named code or write .pyc caches
+    # importlib's own code, by identity: the only code that may run trusted-named code or unmarshal a .pyc
     call_removed = bootstrap._call_with_frames_removed.__code__
     loader_exec = bootstrap_external._LoaderBasics.exec_module.__code__
     frozen_exec = bootstrap.FrozenImporter.exec_module.__code__
     file_loaders = frozenset({bootstrap_external.SourceFileLoader, bootstrap_external.SourcelessFileLoader})
-    pyc_writers = frozenset({bootstrap_external._write_atomic.__code__, bootstrap_external.SourceFileLoader.set_data.__code__})
+    unmarshal = bootstrap_external._compile_bytecode.__code__
+    pyc_readers = frozenset({bootstrap_external.SourceLoader.get_code.__code__, bootstrap_external.SourcelessFileLoader.get_code.__code__})
     thread_bootstrap, Thread, thread_run = threading.Thread._bootstrap, threading.Thread, threading.Thread.run
 
-    solution_set, solution_caches = _solution_paths(solution_files)
+    solution_set = _solution_paths(solution_files)
     scratch, trusted = _roots(scratch_dirs), _roots(trusted_dirs)
     shared_memory = _roots(["/dev/shm"])
     harness_dir = (_real(os.path.dirname(__file__)),)
@@ -218,7 +215,6 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
     # solution runs inside it; signal handlers run in the main thread only (the child serves from another).
     quiet = set()
     kinds = {}      # co_filename -> kind
-    own_pycs = set()  # bytecode caches importlib wrote in this process (PYTHONPYCACHEPREFIX puts them in scratch)
 
     # ----- paths, file names, frames ----------------------------------------------------------------------
     def hush(tid):
@@ -496,8 +492,12 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             return None  # namedtuple setting its own __new__.__defaults__, torch.library building a wrapper
         if s is not None:
             return "introspection", event + " called by the solution (" + where(chain[s]) + ")"
-        if event.startswith("marshal.") and chain and chain[0][0] == "importlib":
-            return None  # importlib reading a .pyc for an import
+        if event.startswith("marshal."):
+            # importlib reading a .pyc for an import (the open rule keeps .pyc reads to the installed packages);
+            # zipimport, or importlib's own function reached through a trampoline, is bytecode no scan read
+            if _len(chain) > 1 and chain[0][5] is unmarshal and chain[1][5] in pyc_readers:
+                return None
+            return "introspection", at(chain, event + ": bytecode that is not an installed module's cache")
         if state["phase"] == "run" and not harness_asked(chain):
             return "introspection", at(chain, event + " while the solution runs")
         return None
@@ -577,7 +577,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                 return "introspection", "opens " + path
         return None
 
-    def judge_open(args, chain_of):
+    def judge_open(args):
         raw = args[0] if args else None
         flags = args[2] if _len(args) > 2 and _type(args[2]) is _int else 0
         path = plain(raw)
@@ -596,9 +596,10 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                 return None
             full = resolve(path)
             verdict = judge_proc(full)
-            if verdict is None and full.endswith(".pyc") and full not in solution_caches and not under(full, trusted) \
-                    and full not in own_pycs and exists(full):
-                verdict = "introspection", "loads bytecode from " + full  # importlib probing a missing cache is fine
+            if verdict is None and full.endswith(".pyc") and not under(full, trusted) and exists(full):
+                # the child writes no bytecode (sys.dont_write_bytecode): any other .pyc is code no scan read.
+                # importlib probing a missing cache is fine
+                verdict = "introspection", "loads bytecode from " + full
             return verdict
         full = resolve(path)
         verdict = judge_proc(full)
@@ -608,10 +609,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             # the parent's shared files live there; torch maps them natively, so Python never needs to open one
             return "sandbox-violation", "opens " + full + " for writing (the parent's shared memory)"
         if ".pyc" in full.rsplit("/", 1)[-1]:
-            if not by_importlib(chain_of()):
-                return "introspection", "writes bytecode to " + full
-            if under(full, scratch) or "/__pycache__/" in full:
-                return None  # importlib caching bytecode (sys.dont_write_bytecode makes this moot)
+            return "introspection", "writes bytecode to " + full  # the child writes none (sys.dont_write_bytecode)
         if under(full, scratch) or full in devices:
             return None
         return "sandbox-violation", "opens " + full + " for writing"
@@ -623,10 +621,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
         except (_OSError, _ValueError):
             return False
 
-    def by_importlib(chain):
-        return chain and chain[0][5] in pyc_writers and nearest_solution(chain) is None
-
-    def judge_write(event, args, chain_of):
+    def judge_write(event, args):
         dir_fd = None
         for i, fd_index in write_events[event]:
             if i >= _len(args):
@@ -644,16 +639,9 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
                 # the parent's shared files live there (a file cut short under the parent's mapping kills it
                 # with SIGBUS); nothing in Python needs to change one
                 return "sandbox-violation", event + " " + full + " (the parent's shared memory)"
-            if ".pyc" in full.rsplit("/", 1)[-1]:
-                if not by_importlib(chain_of()):
-                    own_pycs.discard(full)
-                    if event != "os.remove":
-                        return "introspection", event + " makes bytecode at " + full
-                elif event == "os.rename" and i == 1:
-                    own_pycs.add(full)  # _write_atomic's final rename: this cache is importlib's own
+            if ".pyc" in full.rsplit("/", 1)[-1] and event != "os.remove":
+                return "introspection", event + " makes bytecode at " + full  # the child writes none
             if under(full, scratch):
-                continue
-            if "/__pycache__" in full and by_importlib(chain_of()):
                 continue
             return "sandbox-violation", event + " " + full
         if event == "os.symlink" and _len(args) > 1:  # where the new link points
@@ -738,17 +726,10 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             # a code object read: only reads by the solution's own code count, so one frame is enough
             chain = stack(first, 1)
             return ("introspection", at(chain, "reads ." + attr)) if chain[0][0] == "solution" else None
-        memo = []
-
-        def chain_of():
-            if not memo:
-                memo.append(stack(first, reach))
-            return memo[0]
-
         if event == "open":
-            return judge_open(args, chain_of)
+            return judge_open(args)
         if event in write_events:
-            return judge_write(event, args, chain_of)
+            return judge_write(event, args)
         if event == "mmap.__new__":
             fileno = args[0] if args else -1
             access = args[2] if _len(args) > 2 and _type(args[2]) is _int else 0
@@ -770,7 +751,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             if full.startswith("/dev/shm"):
                 return "sandbox-violation", "lists " + full + " (the parent's shared memory)"
             return judge_proc(full)
-        chain = chain_of()
+        chain = stack(first, reach)
         if event in frame_events:
             return judge_frames(event, chain, frame_events[event])
         if attr is not None:

@@ -252,6 +252,48 @@ def test_bytecode_shipped_beside_a_solution_never_runs(tmp_path, sandboxed):
     assert record["status"] == "ok", (record["rule"], record["reason"])
 
 
+_PYC_WRITER = (
+    "import functools\nimport importlib\nimport importlib.util\nimport os\n\nimport torch\nimport torch.nn as nn\n"
+    "from torch.utils._pytree import tree_map\n\nVICTIM = {victim!r}\n"
+    "EVIL = 'X = \"poisoned\"\\n'\n\n\n"
+    "def _plant():\n"
+    "    s = importlib.import_module('sy' + 's')\n"
+    "    src = os.path.join(os.getcwd(), 'decoyvictim.py')\n"
+    "    with open(src, 'w') as fh:\n        fh.write(EVIL)\n"
+    "    was = s.dont_write_bytecode\n    s.dont_write_bytecode = False\n"
+    "    try:\n        importlib._bootstrap._load(importlib.util.spec_from_file_location('decoyvictim', src))\n"
+    "    finally:\n        s.dont_write_bytecode = was\n"
+    "    with open(importlib.util.cache_from_source(src), 'rb') as fh:\n        data = fh.read()\n"
+    "    forged = importlib.util.MAGIC_NUMBER + (1).to_bytes(4, 'little') + bytes(8) + data[16:]\n"
+    "    inner = functools.partial(tree_map, importlib._bootstrap_external._write_atomic)\n"
+    "    tree_map(inner, ([VICTIM],), ([forged],), is_leaf=lambda n: type(n) is list)\n\n\n"
+    "_plant()\n\n\n"
+    "class ModelNew(nn.Module):\n"
+    "    def forward(self, x):\n        return torch.softmax(x.float(), -1).to(x.dtype)\n")
+
+
+def test_an_unsandboxed_child_writes_no_bytecode_into_a_pycache_of_others(tmp_path):
+    """Without Landlock the guard alone keeps the child's writes in its folders. importlib's own .pyc writer,
+    reached through five frames of torch's tree_map (no solution frame near the write), passed for importlib
+    caching a module, and wrote bytecode into another folder's __pycache__: a later process importing that
+    module ran it (a red-team find). The child writes no bytecode at all now."""
+    import importlib.util
+    import py_compile
+
+    victim = tmp_path / "victim" / "victimmod.py"
+    victim.parent.mkdir()
+    victim.write_text("X = 'honest'\n")
+    cache = Path(importlib.util.cache_from_source(str(victim)))
+    py_compile.compile(str(victim), cfile=str(cache), doraise=True)
+    before = cache.read_bytes()
+    solution = write_solution(tmp_path, _PYC_WRITER.format(victim=str(cache)))
+    config = Config(trials=2, budget_s=0.1, min_reps=3, call_timeout_s=60, shapes=("tiny",), sandbox=False)
+    record = Run(torch.device("cpu"), tmp_path / "runs.jsonl", config).evaluate_target(
+        find_problem("softmax"), Target("solution", "candidate", path=solution), baselines={})
+    assert cache.read_bytes() == before
+    assert record["status"] == "failed" and record["rule"] in ("introspection", "sandbox-violation"), (record["rule"], record["reason"])
+
+
 def test_a_childs_output_reaches_the_parent_as_its_tail_and_its_files_are_capped(tmp_path, capfd):
     """A candidate that printed without end filled eval-batch's worker log (67 MB from one file): the child writes
     to a file of the parent's, capped, and the parent passes on only its last lines, control bytes removed. What a
