@@ -758,6 +758,12 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             if event == "object.__setattr__":
                 return judge_maker("setting ." + attr, chain)
             return judge_frames("reading ." + attr, chain, (attr,))
+        if event == "code.__new__" and _len(args) > 1 and trusted_name(args[1]):
+            # a code object named as an installed module's file (CodeType(), code.replace) would run with that
+            # module's trust, through importlib's own loader if need be: never while solution code is on the stack
+            for entry in stack(first, everything):
+                if entry[0] == "solution":
+                    return "introspection", "makes a code object named as " + args[1] + " (" + where(entry) + ")"
         if event in maker_events:
             return judge_maker(event, chain)
         if event == "compile" or event == "exec":
