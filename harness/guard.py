@@ -22,6 +22,9 @@ lead by f_back to the child's serving frame. Holes this leaves, and what covers 
     ops it runs during a trial by the trial's op trace, which records every thread;
   - the `open` event carries no dir_fd: a name relative to a descriptor is judged as if relative to the
     working folder (Landlock holds the line; relative names of /proc's memory entries are refused).
+Bytecode: the child writes none once the solution may run, so only the installed packages' .pyc files are
+read, and only importlib's get_code unmarshals; a code object named as an installed file is never made while
+solution code is on the stack (it would run with that file's trust, through importlib's loader if need be).
 
 ModuleSnapshot: identity snapshot of the dicts of the modules (and classes) the harness and torch rely
 on, to find attributes a solution replaced or added (shadowing `super` in torch.cuda.streams makes
