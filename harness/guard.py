@@ -151,6 +151,7 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
     import _thread
     import builtins
     import gc
+    import importlib
     import importlib._bootstrap as bootstrap
     import importlib._bootstrap_external as bootstrap_external
     import os
@@ -165,9 +166,10 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
     fs_encoding, exit_code = sys.getfilesystemencoding(), GUARD_EXIT
     O_RDONLY, O_CLOEXEC = os.O_RDONLY, getattr(os, "O_CLOEXEC", 0)
     WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-    _str, _bytes, _int, _type, _len, _range = str, bytes, int, type, len, range
+    _str, _bytes, _int, _type, _len, _range, id_ = str, bytes, int, type, len, range, id
     _BaseException, _OSError, _ValueError = BaseException, OSError, ValueError
     CodeType, FunctionType, MethodType = types.CodeType, types.FunctionType, types.MethodType
+    globals_of = types.FrameType.__dict__["f_globals"].__get__  # a frame's globals, read past any lookup
     mro_of = type.__dict__["__mro__"].__get__      # the real MRO and class dict, whatever a metaclass says
     dict_of = type.__dict__["__dict__"].__get__
     path_types = frozenset({pathlib.PosixPath, pathlib.PurePosixPath})
@@ -201,6 +203,14 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
     # Module dicts: their functions, classes and modules (plain values such as torch.cuda._initialized change under
     # honest use), and no builtin's name added; class dicts: everything.
     watched_items, watched_maps, builtin_names = [], [], frozenset(vars(builtins))
+    for module_name in _CONSUMER_MODULES:
+        # the standard library's imported now, before the solution (the child imported torch's already, and
+        # torch's import patches inspect): a consumer runs only with its module's globals as they are now
+        if not module_name.startswith("torch") and module_name not in sys.modules:
+            try:
+                importlib.import_module(module_name)
+            except ImportError:
+                pass
     for module_name in _CONSUMER_MODULES:
         module = sys.modules.get(module_name)
         mapping = getattr(module, "__dict__", None)
@@ -365,8 +375,12 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             return (filename, None) if caller is not None and caller[5] is call_removed else None
         for suffix, function, via in consumers:
             if filename.endswith(suffix) and function == name:
-                return suffix, via
+                # its own module's globals, as they were at install: its code object run with other globals (a new
+                # function, or a solution function given it as __code__) would call what the solution put there
+                return (suffix, via) if id_(globals_of(entry[4])) in genuine_globals else None
         return None
+
+    genuine_globals = frozenset(id_(mapping) for mapping, _ in watched_maps)
 
     def consumers_intact():
         for mapping, key, value in watched_items:
@@ -695,6 +709,17 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             return "background-thread", at(chain, "starts a thread while the solution runs")
         return None
 
+    def trusted_code_name(event, args, attr):
+        """The installed file a made or moved code object is named as, else None."""
+        if event == "code.__new__":
+            name = args[1] if _len(args) > 1 else None
+        elif event == "function.__new__" or (event == "object.__setattr__" and attr == "__code__"):
+            code = args[0] if event == "function.__new__" else (args[2] if _len(args) > 2 else None)
+            name = code.co_filename if _type(code) is CodeType else None
+        else:
+            return None
+        return name if trusted_name(name) else None
+
     def judge(event, args, tid):
         # Cheap filters first: most audited events need no frame walk.
         attr = None
@@ -761,12 +786,14 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             if event == "object.__setattr__":
                 return judge_maker("setting ." + attr, chain)
             return judge_frames("reading ." + attr, chain, (attr,))
-        if event == "code.__new__" and _len(args) > 1 and trusted_name(args[1]):
-            # a code object named as an installed module's file (CodeType(), code.replace) would run with that
-            # module's trust, through importlib's own loader if need be: never while solution code is on the stack
+        named = trusted_code_name(event, args, attr)
+        if named is not None:
+            # a code object named as an installed module's file (CodeType(), code.replace), or one put into a new
+            # function or a function's __code__, would run with that file's trust (through importlib's own loader
+            # if need be), and with globals of the solution's: never while solution code is on the stack
             for entry in stack(first, everything):
                 if entry[0] == "solution":
-                    return "introspection", "makes a code object named as " + args[1] + " (" + where(entry) + ")"
+                    return "introspection", event + " with code of " + named + " (" + where(entry) + ")"
         if event in maker_events:
             return judge_maker(event, chain)
         if event == "compile" or event == "exec":

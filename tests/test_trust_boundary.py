@@ -133,7 +133,8 @@ def test_manifest_is_complete():
 # One exploit per class that runs on the CPU, in `make test`; `make test-all` runs them all.
 QUICK = {"x01_forge_records_softmax.py", "x02_guess_seed_softmax.py", "x03_finalize_fix_softmax.py", "x06_json_encoder_softmax.py",
          "x07_bf16_products_infonce.py", "x08_half_rows_softmax.py", "x09_blind_recorder_cross_entropy.py", "x10_detached_sleeper_softmax.py", "x11_reply_pipe_softmax.py",
-         "x09_forged_stdlib_pyc_softmax.py", "x09_zipimport_bytecode_softmax.py", "x09_forged_code_loader_softmax.py"}
+         "x09_forged_stdlib_pyc_softmax.py", "x09_zipimport_bytecode_softmax.py", "x09_forged_code_loader_softmax.py",
+         "x09_findcaller_clone_softmax.py", "x09_findcaller_code_swap_softmax.py", "x09_compile_trampoline_softmax.py"}
 
 
 @pytest.mark.parametrize("entry", sweep(CPU_CASES, HERE, QUICK))
