@@ -252,24 +252,46 @@ def test_bytecode_shipped_beside_a_solution_never_runs(tmp_path, sandboxed):
     assert record["status"] == "ok", (record["rule"], record["reason"])
 
 
-_PYC_WRITER = (
-    "import functools\nimport importlib\nimport importlib.util\nimport os\n\nimport torch\nimport torch.nn as nn\n"
-    "from torch.utils._pytree import tree_map\n\nVICTIM = {victim!r}\n"
-    "EVIL = 'X = \"poisoned\"\\n'\n\n\n"
-    "def _plant():\n"
-    "    s = importlib.import_module('sy' + 's')\n"
-    "    src = os.path.join(os.getcwd(), 'decoyvictim.py')\n"
-    "    with open(src, 'w') as fh:\n        fh.write(EVIL)\n"
-    "    was = s.dont_write_bytecode\n    s.dont_write_bytecode = False\n"
-    "    try:\n        importlib._bootstrap._load(importlib.util.spec_from_file_location('decoyvictim', src))\n"
-    "    finally:\n        s.dont_write_bytecode = was\n"
-    "    with open(importlib.util.cache_from_source(src), 'rb') as fh:\n        data = fh.read()\n"
-    "    forged = importlib.util.MAGIC_NUMBER + (1).to_bytes(4, 'little') + bytes(8) + data[16:]\n"
-    "    inner = functools.partial(tree_map, importlib._bootstrap_external._write_atomic)\n"
-    "    tree_map(inner, ([VICTIM],), ([forged],), is_leaf=lambda n: type(n) is list)\n\n\n"
-    "_plant()\n\n\n"
-    "class ModelNew(nn.Module):\n"
-    "    def forward(self, x):\n        return torch.softmax(x.float(), -1).to(x.dtype)\n")
+# importlib caches a decoy of its own in scratch, then its .pyc writer, reached through two tree_maps, writes that
+# bytecode as an unchecked-hash cache over VICTIM
+_PYC_WRITER = """
+    import functools
+    import importlib
+    import importlib.util
+    import os
+
+    import torch
+    import torch.nn as nn
+    from torch.utils._pytree import tree_map
+
+    VICTIM = "@VICTIM@"
+
+
+    def _plant():
+        s = importlib.import_module("sy" + "s")
+        src = os.path.join(os.getcwd(), "decoyvictim.py")
+        with open(src, "w") as fh:
+            fh.write("X = 'poisoned'\\n")
+        was = s.dont_write_bytecode
+        s.dont_write_bytecode = False
+        try:
+            importlib._bootstrap._load(importlib.util.spec_from_file_location("decoyvictim", src))
+        finally:
+            s.dont_write_bytecode = was
+        with open(importlib.util.cache_from_source(src), "rb") as fh:
+            data = fh.read()
+        forged = importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little") + bytes(8) + data[16:]
+        inner = functools.partial(tree_map, importlib._bootstrap_external._write_atomic)
+        tree_map(inner, ([VICTIM],), ([forged],), is_leaf=lambda n: type(n) is list)
+
+
+    _plant()
+
+
+    class ModelNew(nn.Module):
+        def forward(self, x):
+            return torch.softmax(x.float(), -1).to(x.dtype)
+"""
 
 
 def test_an_unsandboxed_child_writes_no_bytecode_into_a_pycache_of_others(tmp_path):
@@ -286,7 +308,7 @@ def test_an_unsandboxed_child_writes_no_bytecode_into_a_pycache_of_others(tmp_pa
     cache = Path(importlib.util.cache_from_source(str(victim)))
     py_compile.compile(str(victim), cfile=str(cache), doraise=True)
     before = cache.read_bytes()
-    solution = write_solution(tmp_path, _PYC_WRITER.format(victim=str(cache)))
+    solution = write_solution(tmp_path, _PYC_WRITER.replace("@VICTIM@", str(cache)))
     config = Config(trials=2, budget_s=0.1, min_reps=3, call_timeout_s=60, shapes=("tiny",), sandbox=False)
     record = Run(torch.device("cpu"), tmp_path / "runs.jsonl", config).evaluate_target(
         find_problem("softmax"), Target("solution", "candidate", path=solution), baselines={})
