@@ -791,9 +791,9 @@ def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):
             # a code object named as an installed module's file (CodeType(), code.replace), or one put into a new
             # function or a function's __code__, would run with that file's trust (through importlib's own loader
             # if need be), and with globals of the solution's: never while solution code is on the stack
-            for entry in stack(first, everything):
-                if entry[0] == "solution":
-                    return "introspection", event + " with code of " + named + " (" + where(entry) + ")"
+            entry = first_solution(stack(first, everything))
+            if entry is not None:
+                return "introspection", event + " with code of " + named + " (" + where(entry) + ")"
         if event in maker_events:
             return judge_maker(event, chain)
         if event == "compile" or event == "exec":

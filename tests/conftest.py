@@ -47,14 +47,14 @@ def write_solution(tmp_path: Path, source: str, name: str = "candidate.py") -> P
 
 def evaluate(problem_name: str, path: Path, tmp_path: Path, *, shapes=None, trials: int = 2, timeout: float = 60.0,
              device: str | None = None, seed: int | None = None, budget: float = 0.1, kind: str = "solution", min_reps: int = 3,
-             host_bound_processes: int = 5, reporter=None) -> dict:
+             host_bound_processes: int = 5, reporter=None, sandbox: bool = True) -> dict:
     """Evaluate one solution file the way `make eval` does, and return its record. The master seed is
     fresh for every call, as in a real run: no test may pass because it knows the inputs."""
     problem = find_problem(problem_name)
     device = torch.device(device or ("cuda" if HAS_CUDA else "cpu"))
     shapes = tuple(shapes or SMALL[problem_name])
     config = Config(trials=trials, budget_s=budget, min_reps=min_reps, call_timeout_s=timeout, build_timeout_s=900, shapes=shapes,
-                    host_bound_processes=host_bound_processes)
+                    host_bound_processes=host_bound_processes, sandbox=sandbox)
     run = Run(device, tmp_path / "runs.jsonl", config, seed=seed, reporter=reporter)
     target = Target(kind, Path(path).stem if path else kind, path=Path(path) if path else None)
     return run.evaluate_target(problem, target, baselines={})

@@ -246,9 +246,7 @@ def test_bytecode_shipped_beside_a_solution_never_runs(tmp_path, sandboxed):
     forged.write_text("raise RuntimeError('the shipped bytecode ran')\n")
     py_compile.compile(str(forged), cfile=importlib.util.cache_from_source(str(solution)), doraise=True,
                        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-    config = Config(trials=2, budget_s=0.1, min_reps=3, call_timeout_s=60, shapes=("tiny",), sandbox=sandboxed)
-    record = Run(torch.device("cpu"), tmp_path / "runs.jsonl", config).evaluate_target(
-        find_problem("softmax"), Target("solution", "candidate", path=solution), baselines={})
+    record = evaluate("softmax", solution, tmp_path, shapes=("tiny",), device="cpu", sandbox=sandboxed)
     assert record["status"] == "ok", (record["rule"], record["reason"])
 
 
@@ -309,9 +307,7 @@ def test_an_unsandboxed_child_writes_no_bytecode_into_a_pycache_of_others(tmp_pa
     py_compile.compile(str(victim), cfile=str(cache), doraise=True)
     before = cache.read_bytes()
     solution = write_solution(tmp_path, _PYC_WRITER.replace("@VICTIM@", str(cache)))
-    config = Config(trials=2, budget_s=0.1, min_reps=3, call_timeout_s=60, shapes=("tiny",), sandbox=False)
-    record = Run(torch.device("cpu"), tmp_path / "runs.jsonl", config).evaluate_target(
-        find_problem("softmax"), Target("solution", "candidate", path=solution), baselines={})
+    record = evaluate("softmax", solution, tmp_path, shapes=("tiny",), device="cpu", sandbox=False)
     assert cache.read_bytes() == before
     assert record["status"] == "failed" and record["rule"] in ("introspection", "sandbox-violation"), (record["rule"], record["reason"])
 
