@@ -165,7 +165,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     warm_up, timed_batch, burst_calls, queued_calls, issue_probe, after_call, seal, sync, guarded = timing.make_timer(
         device, marked, key_changes)
     keys_now = thread_keys.now
-    wire = messages.wire  # bound now: the replies never pass through a lookup the solution could redirect
+    # Bound now: the replies never pass through a lookup the solution could redirect (a thread of its own could
+    # swap a module's name between the checkpoint and the send, and put it back)
+    wire, sorted_ = messages.wire, sorted
+    LoadReply, CallReply, TimeReply, BurstReply, QueuedReply, ProfileReply, ProbeReply = (
+        messages.LoadReply, messages.CallReply, messages.TimeReply, messages.BurstReply, messages.QueuedReply,
+        messages.ProfileReply, messages.ProbeReply)
     kernel_summary, traced_ops = profiling.kernel_summary, profiling.traced_ops
     own_kernels = frozenset(spec.get("own_kernels") or ())  # what the solution's sources declare (the parent read them)
     # Bound now, for what the child reads after the solution's code and before the checkpoint (where a lookup
@@ -194,10 +199,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     active_modes = guard.active_modes
     set_phase = (guard.install(guard_fd, [spec["path"]], spec["write_paths"], spec["trusted_dirs"])
                  if is_solution and spec.get("guard", True) else (lambda phase: None))
-    # Threads by both counts: threading's, and _thread's, which also sees threads started by _thread directly.
-    active_count, raw_count = __import__("threading").active_count, getattr(__import__("_thread"), "_count", lambda: 0)
-    thread_count = lambda: max(active_count() - threads_before[0], raw_count() - threads_before[1])  # noqa: E731
-    threads_before = (active_count(), raw_count())
+    # Threads by two counts, neither taking a lock the solution could hold: every thread that runs Python now
+    # (native ones too: torch's inter-op threads run Future callbacks), and _thread's, which counts a thread
+    # from its start, before its first frame.
+    thread_idents, raw_count, len_ = guard.make_thread_census(), getattr(__import__("_thread"), "_count", lambda: 0), len
+    idents_before, raw_before = thread_idents(), raw_count()
+    thread_count = lambda: max(len_(thread_idents() - idents_before), raw_count() - raw_before)  # noqa: E731
     signals = __import__("_signal")
     getsignal, getitimer = signals.getsignal, signals.getitimer
 
@@ -214,9 +221,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     state = {"module": None, "models": {}, "external": None, "unfreeze": False, "sealed": None, "held": None}
 
     def verify(phase: str):
-        """The checkpoint after every phase that ran solution code."""
+        """The checkpoint after every phase that ran solution code. Threads first: a thread of the solution's
+        that ran on through the checks below could undo what they look at."""
         if not is_solution:
             return
+        if thread_count() > 0:
+            raise Failure("background-thread", f"after {phase}: {thread_count()} thread(s) still running")
         # Calls of sealed functions, even those the solution caught
         for refused in (hook_calls, profiler_calls, library_calls, direct_calls, fuser_calls):
             if refused:
@@ -277,7 +287,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             verify("loading")
             set_phase("run")
             built = bool(after) and after != before
-            return lambda: messages.LoadReply(load_s, built, sandbox_status, cpus)
+            return lambda: LoadReply(load_s, built, sandbox_status, cpus)
         if kind == "external":
             functions = load_module(problem.directory / "externals.py", f"externals_{problem.name}")
             for package in spec["requires"]:
@@ -285,7 +295,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                     raise Failure("unavailable", f"{package} is not importable here")
                 versions.update(installed_versions(package))
             state["external"] = getattr(functions, spec["function"])
-        return lambda: messages.LoadReply(0.0, False, sandbox_status, cpus, versions, requirement_versions(versions))
+        return lambda: LoadReply(0.0, False, sandbox_status, cpus, versions, requirement_versions(versions))
 
     def model_for(shape_name: str):
         if shape_name not in state["models"]:
@@ -356,9 +366,9 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                 if traced is None:
                     raise Failure("tampering", "during the checked call: the op trace was stopped or replaced")
                 plain = {op for op in recorded if type_(op) is str_}  # iterated, never compared: no solution code runs
-                ops = sorted(plain | traced)
+                ops = sorted_(plain | traced)
             poison_freed(sizes if device.type == "cuda" else [])
-            return messages.CallReply(ops)
+            return CallReply(ops)
         return reply
 
     empty = torch.empty
@@ -377,7 +387,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
                 warm_up(model, sets[0], msg["warmup_s"])
             times = timed_batch(model, sets, slots)
         del sets, slots, model
-        return lambda: messages.TimeReply(times)
+        return lambda: TimeReply(times)
 
     def burst(msg):
         model = model_for(msg["shape"])
@@ -385,7 +395,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         with torch.no_grad():
             result = burst_calls(model, sets, int(msg["calls"]))
         del sets, model
-        return lambda: messages.BurstReply(**result)
+        return lambda: BurstReply(**result)
 
     def queued(msg):
         model = model_for(msg["shape"])
@@ -394,7 +404,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         with torch.no_grad():
             device_ms = queued_calls(model, sets, slots, float(msg["host_ms_per_call"]))
         del sets, slots, model
-        return lambda: messages.QueuedReply(device_ms)
+        return lambda: QueuedReply(device_ms)
 
     def profile(msg):
         """Two calls under the kernel trace (CPU ops and GPU activity), the second's output then copied into the
@@ -421,12 +431,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         def reply():
             if rows is None:
                 raise Failure("tampering", "during the profiled calls: the kernel trace was stopped or replaced")
-            return messages.ProfileReply(ops=sorted(traced_ops(rows)), **kernel_summary(rows, own_names=own_kernels))
+            return ProfileReply(ops=sorted_(traced_ops(rows)), **kernel_summary(rows, own_names=own_kernels))
         return reply
 
     def probe(_msg):
         probe_us = issue_probe()
-        return lambda: messages.ProbeReply(probe_us)
+        return lambda: ProbeReply(probe_us)
 
     handlers = {"load": ("loading", load), "call": ("running a correctness trial", call), "time": ("timing", time_batch),
                 "burst": ("the escape check", burst), "queued": ("timing queued calls", queued),
@@ -448,6 +458,8 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             state["sealed"] = seal()
             payload = {"status": "ok", **wire(make_reply())}
             del make_reply
+            if is_solution and thread_count() > 0:  # a thread born after the checkpoint, whatever it did since
+                raise Failure("background-thread", f"after {phase}: a thread started while the reply was made")
         except BaseException as error:  # noqa: BLE001 - every failure becomes a one-line reason
             rule, reason = classify(error, phase)
             send({"status": "fail", "rule": rule, "reason": reason})

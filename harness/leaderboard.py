@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .problem import REPO_ROOT
 from .records import Record, code_hash, file_sha256, read_records, write_atomic
+from .rules import one_line
 from .timing import HOST_BOUND, entry_is_host_bound
 
 
@@ -188,7 +189,7 @@ def _row(s: dict, shapes: list, label: str, notes: list) -> str:
         if not t:
             cells.append("-")
         elif t.get("error"):
-            notes.append(f"{s['name']} at {shape}: **{t.get('rule') or 'failed'}**: {t['error']}")
+            notes.append(f"{s['name']} at {shape}: **{t.get('rule') or 'failed'}**: {_text(t['error'])}")
             cells.append(f"failed ({t.get('rule') or 'see'} note {len(notes)})")
         else:
             cells.append(f"{_fmt(t['median_ms'], '.4g')} ms · {_speedup(s, t, 'eager')} eager · {_speedup(s, t, 'compile')} compile · "
@@ -289,8 +290,14 @@ def _footnotes(cell: dict, newest: dict | None, earlier) -> list:
     return out
 
 
+def _text(text) -> str:
+    """Record text (a reason, a file name) as inert markdown on one line: a solution chooses its exception's text,
+    a batch its candidates' names, and neither may start a section, a table row or a comment."""
+    return one_line(text).replace("`", "'").replace("|", "\\|").replace("<", "&lt;")
+
+
 def _label(s: dict, earlier, marks: str) -> str:
-    name = Path(s["path"]).name if s["path"] else s["name"]
+    name = _text(Path(s["path"]).name if s["path"] else s["name"])
     if s["kind"] != "solution":
         return f"*{s['name']}* (reference{_versions(s)}){earlier(s)}{marks}"
     changed = ""
@@ -331,11 +338,11 @@ def render_markdown(board: dict) -> str:
             out.append("")
             if cell["failed"]:
                 out += ["Rejected or failed:", ""]
-                out += [f"- `{s['path'] or s['name']}`{' (code changed since that run)' if s.get('file_changed') else ''}{_marks(s)}:"
-                        f" **{s['rule']}**: {s['reason']}" for s in cell["failed"]]
+                out += [f"- `{_text(s['path'] or s['name'])}`{' (code changed since that run)' if s.get('file_changed') else ''}"
+                        f"{_marks(s)}: **{s['rule']}**: {_text(s['reason'])}" for s in cell["failed"]]
                 out.append("")
             if cell["skipped"]:
-                out += ["Not run:", ""] + [f"- `{s['path'] or s['name']}`{_marks(s)}: {s['reason']}" for s in cell["skipped"]] + [""]
+                out += ["Not run:", ""] + [f"- `{_text(s['path'] or s['name'])}`{_marks(s)}: {_text(s['reason'])}" for s in cell["skipped"]] + [""]
     if len(out) == len(HEADER):
         out.append("No runs recorded yet: `make eval PROBLEM=<name>` on a GPU machine.")
     return "\n".join(out) + "\n"

@@ -146,10 +146,11 @@ def _fits(value, kind) -> bool:
     return isinstance(value, kind)
 
 
-def wire(reply) -> dict:
+def wire(reply, _getattr=getattr, _type=type) -> dict:
     """A reply as the plain mapping the channel sends: its fields, read off the instance. No dataclasses.asdict:
-    it looks itself up and copies values through `copy` at call time, both modules a solution could rewrite."""
-    return {name: getattr(reply, name) for name in type(reply).__dataclass_fields__}
+    it looks itself up and copies values through `copy` at call time, both modules a solution could rewrite; and
+    the builtins it calls are bound at import, before any solution code runs."""
+    return {name: _getattr(reply, name) for name in _type(reply).__dataclass_fields__}
 
 
 def read(reply_type, message: dict, phase: str):

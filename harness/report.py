@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .rules import one_line
+
 
 class Reporter:
     def __init__(self, quiet: bool = False, stream=None):
@@ -21,7 +23,7 @@ class Reporter:
         if self.quiet:
             return
         if record is not None:
-            self.console.print(f"  [bold]{record.get('path') or record['name']}[/bold]: {verdict_text(record)}")
+            self.console.print(f"  [bold]{_plain(record.get('path') or record['name'])}[/bold]: {verdict_text(record)}")
         elif message:
             self.console.print(f"  [dim]{time.monotonic() - self.start:6.1f} s  {escape(message)}[/dim]")
 
@@ -47,20 +49,26 @@ class Reporter:
                 t = timings.get(shape)
                 cells.append(timing_cell(t) if t else "-")
             label = Path(r["path"]).name if r.get("path") else r["name"]  # full paths are in the lines below
-            table.add_row(label, verdict_text(r, short=True), *cells)
+            table.add_row(_plain(label), verdict_text(r, short=True), *cells)
         self.console.print(table)
         for r in records:
             line = unsandboxed_warning(r)
             if line:
                 self.console.print(f"[bold yellow]{escape(line)}[/bold yellow]")
             if r["status"] != "ok" and r.get("reason"):
-                self.console.print(f"[red]{r.get('path') or r['name']}[/red]: {r.get('rule') or r['status']}: {r['reason']}")
+                self.console.print(f"[red]{_plain(r.get('path') or r['name'])}[/red]: {_plain(r.get('rule') or r['status'])}: {_plain(r['reason'])}")
             for t in r["timings"]:
                 if "error" in t and r["status"] == "ok":
-                    self.console.print(f"[yellow]{r['name']}[/yellow] on {t['shape']}: {t.get('rule', 'failed')}: {t['error']}")
+                    self.console.print(f"[yellow]{_plain(r['name'])}[/yellow] on {t['shape']}: {_plain(t.get('rule', 'failed'))}: {_plain(t['error'])}")
             for warning in r.get("warnings", [])[:4]:
                 if r["kind"] == "solution":
-                    self.console.print(f"[yellow]warning[/yellow] {r.get('path')}: {warning}")
+                    self.console.print(f"[yellow]warning[/yellow] {_plain(r.get('path'))}: {_plain(warning)}")
+
+
+def _plain(text) -> str:
+    """Record text printed as itself: a reason can come from the solution (its exception's text), and rich would
+    read "[/x]" in it as markup (and fail on it, ending the run)."""
+    return escape(one_line(text))
 
 
 def unsandboxed_warning(record: dict) -> str | None:
@@ -99,10 +107,10 @@ def verdict_text(record: dict, short: bool = False) -> str:
         checked = sum(c["trials"] for c in record["checks"])
         text = "correct" if record["kind"] == "solution" else "reference"
         if record.get("versions"):  # another library's row: the release that ran
-            text += " " + ", ".join(f"{name} {version}" for name, version in sorted(record["versions"].items()))
+            text += " " + _plain(", ".join(f"{name} {version}" for name, version in sorted(record["versions"].items())))
         if checked and not short:
             text += f" ({checked} trials over {len(record['checks'])} shapes)"
         return f"[green]{text}[/green]"
     if record["status"] == "skipped":
-        return f"[yellow]not run[/yellow]" + ("" if short else f": {record['reason']}")
-    return f"[red]REJECTED: {record['rule']}[/red]" + ("" if short else f": {record['reason']}")
+        return "[yellow]not run[/yellow]" + ("" if short else f": {_plain(record['reason'])}")
+    return f"[red]REJECTED: {_plain(record['rule'])}[/red]" + ("" if short else f": {_plain(record['reason'])}")

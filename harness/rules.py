@@ -58,12 +58,19 @@ WORKER_LOST = ("crash", "timeout", "cuda-error", "bad-reply")
 NOT_RUN = frozenset({"unavailable", "skipped"})
 
 
+def one_line(text) -> str:
+    """`text` as one line of printable characters. A reason can come from the solution's process (an exception's
+    message, its class's name): it is printed to a terminal and written into the leaderboard's markdown."""
+    return "".join(ch if ch.isprintable() else " " for ch in str(text))
+
+
 class Failure(Exception):
     """A rejection (or a reference that could not run): `rule` names it, `reason` is one line of evidence."""
 
     def __init__(self, rule: str, reason: str):
         if rule not in ALL and rule not in NOT_RUN:
             raise ValueError(f"unknown rule {rule!r}: add it to harness/rules.py RULES (and the README's table)")
+        reason = one_line(reason)
         super().__init__(reason)
         self.rule, self.reason = rule, reason
 

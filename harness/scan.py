@@ -84,9 +84,22 @@ def needs_cuda(path: Path) -> bool:
 
 
 def loads_extension(path: Path) -> bool:
-    """True when the solution builds a C++ or CUDA extension (torch.utils.cpp_extension): its own loops then run
-    where the dispatcher, and so the CPU's op records, cannot see them."""
-    return "cpp_extension" in Path(path).read_text(errors="replace")
+    """True when the solution's code (its syntax tree: a comment or a string does not count) uses
+    torch.utils.cpp_extension, to build a C++ or CUDA extension whose loops run where the dispatcher, and so the
+    CPU's op records, cannot see them. Half the evidence: the parent also looks for the library it built."""
+    try:
+        tree = ast.parse(Path(path).read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(alias.name == "torch.utils.cpp_extension" for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module == "torch.utils.cpp_extension" or
+                                                 (node.module == "torch.utils" and any(a.name == "cpp_extension" for a in node.names))):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "cpp_extension":
+            return True
+    return False
 
 
 # ----- violations: what honest solutions never do, found in the syntax tree ----------------------------------

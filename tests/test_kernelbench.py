@@ -251,17 +251,23 @@ def test_partial_accepts_the_reference_op_beside_work_of_its_own_and_marks_it(tm
     ("full", ["sum", "empty"], False, "not-custom-kernel"),
     ("partial", ["sum", "empty", "view"], False, "not-custom-kernel"),  # the reference's op and data movement only
     ("partial", ["sum", "cumsum", "add"], False, "marked"),  # work of its own beside it
-    ("partial", ["sum", "empty"], True, "marked"),  # an extension's own loops dispatch nothing the CPU can see
+    ("partial", ["sum", "empty"], "built", "marked"),  # an extension's own loops dispatch nothing the CPU can see
+    ("partial", ["sum", "empty"], "import", "not-custom-kernel"),  # uses cpp_extension, built nothing
+    ("partial", ["sum", "empty"], "comment", "not-custom-kernel"),  # names it in a comment (red team: accepted)
     ("partial", ["cumsum", "add"], False, "clean"),
 ])
-def test_the_cpu_op_rule_under_each_policy(tmp_path, custom, ops, extension, verdict):
+def test_the_cpu_op_rule_under_each_policy(tmp_path, monkeypatch, custom, ops, extension, verdict):
+    from harness import build
     from harness.records import Record
     from harness.runner import Config, Failure, Run, Target
 
     problem = load_problem(FILES[SUM])
     problem.custom = custom
     solution = tmp_path / "s.py"
-    solution.write_text("from torch.utils.cpp_extension import load_inline\n" if extension else "import torch\n")
+    solution.write_text({"built": "from torch.utils.cpp_extension import load_inline\n", "import": "import torch.utils.cpp_extension\n",
+                         "comment": "import torch  # cpp_extension\n"}.get(extension, "import torch\n"))
+    libraries = {"s.so": 0.0} if extension == "built" else {}
+    monkeypatch.setattr(build, "built_libraries", lambda directory: libraries)
     run = Run(torch.device("cpu"), tmp_path / "runs.jsonl", Config())
     record = Record.__new__(Record)
     record.uses_reference_ops = False

@@ -11,8 +11,11 @@ honest). `known_open_on: [cpu]` limits the mark to the devices named (a hole the
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -134,7 +137,8 @@ def test_manifest_is_complete():
 QUICK = {"x01_forge_records_softmax.py", "x02_guess_seed_softmax.py", "x03_finalize_fix_softmax.py", "x06_json_encoder_softmax.py",
          "x07_bf16_products_infonce.py", "x08_half_rows_softmax.py", "x09_blind_recorder_cross_entropy.py", "x10_detached_sleeper_softmax.py", "x11_reply_pipe_softmax.py",
          "x09_forged_stdlib_pyc_softmax.py", "x09_zipimport_bytecode_softmax.py", "x09_forged_code_loader_softmax.py",
-         "x09_findcaller_clone_softmax.py", "x09_findcaller_code_swap_softmax.py", "x09_compile_trampoline_softmax.py"}
+         "x09_findcaller_clone_softmax.py", "x09_findcaller_code_swap_softmax.py", "x09_compile_trampoline_softmax.py",
+         "x09_native_thread_forge_reply_softmax.py", "x10_native_thread_loop_softmax.py"}
 
 
 @pytest.mark.parametrize("entry", sweep(CPU_CASES, HERE, QUICK))
@@ -149,6 +153,27 @@ def test_exploit_is_rejected_on_gpu(tmp_path, entry):
     problem = entry["problem"]
     shapes = SMALL[problem] + (find_problem(problem).default_shape.name,)  # the seed / default shape: where timing tricks pay
     _run(entry, tmp_path, "cuda", shapes, trials=2, timeout=300, budget=0.3)
+
+
+def test_reasons_are_inert_text_in_the_report_and_the_leaderboard(tmp_path):
+    """The solution chooses its exception's message and its class's name. One that is rich markup ended the eval
+    in the parent's report (the solutions after it never ran); one with newlines and markdown wrote a forged
+    section into leaderboard.md. Both are rejected, the honest one after them still runs, and every reason is one
+    line of text in both."""
+    files = [HERE / "x11_markup_reason_softmax.py", HERE / "x11_forged_section_softmax.py", HERE / "honest_softmax_torch.py"]
+    args = [a for f in files for a in ("--solution", str(f))]
+    out = subprocess.run([sys.executable, "-m", "harness", "eval", "softmax", *args, "--results", str(tmp_path), "--device", "cpu",
+                          "--shape", "one_row", "--trials", "2", "--budget", "0.05", "--no-baselines"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1, out.stderr[-3000:]  # something was rejected; nothing crashed
+    assert "MarkupError" not in out.stderr and "[/zz] nothing here" in out.stderr
+    records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    verdicts = {Path(r["path"]).name: (r["status"], r["rule"]) for r in records}
+    assert verdicts == {files[0].name: ("failed", "exception"), files[1].name: ("failed", "exception"), files[2].name: ("ok", "")}
+    assert all("\n" not in r["reason"] for r in records)
+    board = (tmp_path / "leaderboard.md").read_text()
+    assert "forged section" in board and "<!--" not in board
+    assert len([line for line in board.splitlines() if line.startswith("## ")]) == 1
 
 
 @pytest.mark.slow
