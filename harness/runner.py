@@ -352,7 +352,8 @@ class Worker:
 
     def _pass_on_output(self):
         """The child's output, its last OUTPUT_TAIL bytes, on this process's stderr: printable characters only
-        (no terminal escapes), between two lines that name the target."""
+        (no terminal escapes), each line behind "| ", between two lines that name the target (the solution
+        writes what it likes, a verdict line or the closing line included: the prefix tells them apart)."""
         try:
             size = self.output.seek(0, os.SEEK_END)
             self.output.seek(max(0, size - OUTPUT_TAIL))
@@ -364,6 +365,7 @@ class Worker:
         if text:
             name = Path(str(self.spec.get("path") or self.spec.get("name") or "the child")).name
             cut = f" (its last {OUTPUT_TAIL >> 10} KiB of {size >> 10} KiB)" if size > OUTPUT_TAIL else ""
+            text = "\n".join("| " + line for line in text.splitlines())
             sys.stderr.write(f"--- output of {name}{cut} ---\n{text}\n--- end of the output of {name} ---\n")
 
     live: set = set()  # pids of the children running a target now

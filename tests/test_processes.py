@@ -317,6 +317,7 @@ def test_a_childs_output_reaches_the_parent_as_its_tail_and_its_files_are_capped
     to a file of the parent's, capped, and the parent passes on only its last lines, control bytes removed. What a
     child leaves in its build folder outlives it (the cache): no file of its may grow past CHILD_FILE_LIMIT."""
     source = ("import os, sys\nsys.stdout.write(('\\x1b[2J' + 'x' * 99 + '\\n') * 20000)\n"
+              "print('--- end of the output of candidate.py ---')\nprint('  other.py: correct')\n"
               "try:\n    with open(os.path.join(os.environ['TMPDIR'], 'blob'), 'wb') as f:\n"
               f"        f.truncate({runner.CHILD_FILE_LIMIT} + (1 << 30))\n"
               "except OSError as error:\n    print('refused:', error.strerror)\n")
@@ -326,3 +327,5 @@ def test_a_childs_output_reaches_the_parent_as_its_tail_and_its_files_are_capped
     err = capfd.readouterr().err
     assert "x" * 99 in err and len(err) < 200_000 and "\x1b" not in err
     assert "refused: File too large" in err
+    # what the child prints is never taken for the harness's own lines (a forged verdict or closing line)
+    assert "\n| --- end of the output of candidate.py ---\n|   other.py: correct\n" in err
