@@ -203,8 +203,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     # (native ones too: torch's inter-op threads run Future callbacks), and _thread's, which counts a thread
     # from its start, before its first frame.
     thread_idents, raw_count, len_ = guard.make_thread_census(), getattr(__import__("_thread"), "_count", lambda: 0), len
-    idents_before, raw_before = thread_idents(), raw_count()
-    thread_count = lambda: max(len_(thread_idents() - idents_before), raw_count() - raw_before)  # noqa: E731
+    # And torch's inter-op pool, whose threads run TorchScript forks with no Python frame: counted from before the
+    # import, so that one started by the solution, busy or idle, is a thread of its own.
+    pool_threads = guard.make_pool_census()
+    idents_before, raw_before, pool_before = thread_idents(), raw_count(), pool_threads()
+    thread_count = lambda: max(len_(thread_idents() - idents_before), raw_count() - raw_before,  # noqa: E731
+                               pool_threads() - pool_before)
     signals = __import__("_signal")
     getsignal, getitimer = signals.getsignal, signals.getitimer
 

@@ -33,6 +33,7 @@ Event.elapsed_time return a chosen number). active_modes(): torch function and d
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import types
 
@@ -151,6 +152,36 @@ def make_thread_census():
 
 
 _CENSUS_CODE = make_thread_census().__code__
+
+# torch's inter-op thread pool (c10's ThreadPool names its threads so): TorchScript's fork and at::launch run work
+# there with no Python frame, which no census of Python threads sees. Honest forwards never start it.
+POOL_THREAD_NAME = b"PTThreadPool"
+
+
+def make_pool_census():
+    """pool_threads() -> int: how many of this process's threads are torch's inter-op pool's, read by name from
+    /proc/self/task (0 where there is none). Bound now, before any solution code: os is a module it may rewrite."""
+    listdir, os_open, os_read, os_close, flags, name = os.listdir, os.open, os.read, os.close, os.O_RDONLY, POOL_THREAD_NAME
+
+    def pool_threads() -> int:
+        try:
+            tids = listdir("/proc/self/task")
+        except OSError:
+            return 0
+        count = 0
+        for tid in tids:
+            try:
+                fd = os_open("/proc/self/task/" + tid + "/comm", flags)
+            except OSError:
+                continue  # the thread has ended
+            try:
+                count += os_read(fd, 64).strip() == name
+            except OSError:
+                pass
+            finally:
+                os_close(fd)
+        return count
+    return pool_threads
 
 
 def install(report_fd: int, solution_files, scratch_dirs, trusted_dirs):

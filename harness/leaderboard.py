@@ -292,8 +292,11 @@ def _footnotes(cell: dict, newest: dict | None, earlier) -> list:
 
 def _text(text) -> str:
     """Record text (a reason, a file name) as inert markdown on one line: a solution chooses its exception's text,
-    a batch its candidates' names, and neither may start a section, a table row or a comment."""
-    return one_line(text).replace("`", "'").replace("|", "\\|").replace("<", "&lt;")
+    a batch its candidates' names, and neither may start a section, a table row, a comment, a link or an image."""
+    text = one_line(text).replace("`", "'").replace("<", "&lt;")
+    for mark in "\\|[]*":
+        text = text.replace(mark, "\\" + mark)
+    return text
 
 
 def _label(s: dict, earlier, marks: str) -> str:

@@ -83,25 +83,6 @@ def needs_cuda(path: Path) -> bool:
     return "cuda_sources" in text or bool(re.search(r"\.cu['\"]", text)) or "with_cuda=True" in text
 
 
-def loads_extension(path: Path) -> bool:
-    """True when the solution's code (its syntax tree: a comment or a string does not count) uses
-    torch.utils.cpp_extension, to build a C++ or CUDA extension whose loops run where the dispatcher, and so the
-    CPU's op records, cannot see them. Half the evidence: the parent also looks for the library it built."""
-    try:
-        tree = ast.parse(Path(path).read_text(errors="replace"))
-    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(alias.name == "torch.utils.cpp_extension" for alias in node.names):
-            return True
-        if isinstance(node, ast.ImportFrom) and (node.module == "torch.utils.cpp_extension" or
-                                                 (node.module == "torch.utils" and any(a.name == "cpp_extension" for a in node.names))):
-            return True
-        if isinstance(node, ast.Attribute) and node.attr == "cpp_extension":
-            return True
-    return False
-
-
 # ----- violations: what honest solutions never do, found in the syntax tree ----------------------------------
 # Modules a solution has no business importing.
 BANNED_MODULES = {
@@ -176,7 +157,18 @@ NATIVE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx", ".inl")
 def _strip_c_comments(text: str) -> str:
     """C/C++ comments out of device code; only those that start a line or follow a blank, so that a path
     written "/proc//self/mem" stays what it is."""
-    text = re.sub(r"(^|(?<=\s))/\*.*?\*/", " ", text, flags=re.S)
+    parts, done, start = [], 0, text.find("/*")
+    while start >= 0:  # one pass (a regex for this took quadratic time on a string of unclosed "/*")
+        if start == 0 or text[start - 1].isspace():
+            end = text.find("*/", start + 2)
+            if end < 0:
+                break  # no comment closes after here
+            parts += [text[done:start], " "]
+            done = end + 2
+            start = text.find("/*", done)
+        else:
+            start = text.find("/*", start + 1)
+    text = "".join(parts) + text[done:]
     return re.sub(r"(^|(?<=\s))//[^\n]*", "", text, flags=re.M)
 
 

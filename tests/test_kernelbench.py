@@ -247,32 +247,26 @@ def test_partial_accepts_the_reference_op_beside_work_of_its_own_and_marks_it(tm
     assert "with reference ops" in row
 
 
-@pytest.mark.parametrize("custom, ops, extension, verdict", [
-    ("full", ["sum", "empty"], False, "not-custom-kernel"),
-    ("partial", ["sum", "empty", "view"], False, "not-custom-kernel"),  # the reference's op and data movement only
-    ("partial", ["sum", "cumsum", "add"], False, "marked"),  # work of its own beside it
-    ("partial", ["sum", "empty"], "built", "marked"),  # an extension's own loops dispatch nothing the CPU can see
-    ("partial", ["sum", "empty"], "import", "not-custom-kernel"),  # uses cpp_extension, built nothing
-    ("partial", ["sum", "empty"], "comment", "not-custom-kernel"),  # names it in a comment (red team: accepted)
-    ("partial", ["cumsum", "add"], False, "clean"),
+@pytest.mark.parametrize("custom, ops, verdict", [
+    ("full", ["sum", "empty"], "not-custom-kernel"),
+    # the reference's op and data movement only. An extension's loops dispatch nothing the CPU can see, and neither
+    # its use nor a library in its folder proves they ran (a planted library, or a comment naming cpp_extension,
+    # got torch.sum accepted: red team), so nothing beside the op records counts
+    ("partial", ["sum", "empty", "view"], "not-custom-kernel"),
+    ("partial", ["sum", "cumsum", "add"], "marked"),  # work of its own beside it
+    ("partial", ["cumsum", "add"], "clean"),
 ])
-def test_the_cpu_op_rule_under_each_policy(tmp_path, monkeypatch, custom, ops, extension, verdict):
-    from harness import build
+def test_the_cpu_op_rule_under_each_policy(tmp_path, custom, ops, verdict):
     from harness.records import Record
-    from harness.runner import Config, Failure, Run, Target
+    from harness.runner import Config, Failure, Run
 
     problem = load_problem(FILES[SUM])
     problem.custom = custom
-    solution = tmp_path / "s.py"
-    solution.write_text({"built": "from torch.utils.cpp_extension import load_inline\n", "import": "import torch.utils.cpp_extension\n",
-                         "comment": "import torch  # cpp_extension\n"}.get(extension, "import torch\n"))
-    libraries = {"s.so": 0.0} if extension == "built" else {}
-    monkeypatch.setattr(build, "built_libraries", lambda directory: libraries)
     run = Run(torch.device("cpu"), tmp_path / "runs.jsonl", Config())
     record = Record.__new__(Record)
     record.uses_reference_ops = False
     try:
-        run._judge_ops(problem, record, ops, Target("solution", "s", path=solution))
+        run._judge_ops(problem, record, ops)
     except Failure as failure:
         assert verdict == failure.rule
         return

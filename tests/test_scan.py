@@ -236,3 +236,16 @@ def test_gc_collect_and_threading_import_are_warnings_only(tmp_path):
                     '        gc.collect()\n        return x\n')
     assert scan_violations(path) == []
     assert any("gc" in w for w in scan_source(path))
+
+
+def test_the_scan_takes_linear_time_on_unclosed_comments(tmp_path):
+    """A string of 400,000 unclosed "/*" made the device-code comment stripper (a regex) take quadratic time: an
+    hour and more, in the parent, before any worker or timeout existed, and the whole batch stalled (red team)."""
+    import time
+
+    path = tmp_path / "bomb.py"
+    path.write_text("import torch  # cuda_sources\n_blob = " + repr(" /*" * 400_000) + "\n")
+    start = time.monotonic()
+    scan_violations(path)
+    scan_source(path, [])
+    assert time.monotonic() - start < 10
