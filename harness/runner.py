@@ -59,6 +59,7 @@ OWN_SHARE = 0.5
 MAX_MARKS = 2
 # Batches with a trivial call in place of the solution's, for the parent's yardstick.
 NULL_BATCHES = 3
+CPU_CLOCK_FACTOR = 1.6  # the CPU's bound on the parent's clock, looser than the GPU's: both clocks are the host's, loaded
 # The share of the timed calls of every batch but the last (verified whole) whose outputs the parent checks,
 # chosen by its secret generator: wrong outputs in a fraction f of N calls pass with odds (1 - f / 4) ** N.
 VERIFIED_SHARE = 0.25
@@ -745,13 +746,13 @@ class Run:
                 batch += 1
             parent = {}
             batch_check = None
+            if walls:  # the parent's clock over the timed batches and a trivial call's: it bounds the child's figure
+                null = [batch_request(batch + 1 + k, {"null": True}) for k in range(NULL_BATCHES)]
+                per_call = lambda seconds: statistics.median(seconds) * 1e3 / count  # noqa: E731
+                parent = {"wall_ms_per_call": per_call(walls), "null_ms_per_call": per_call([n[1] for n in null]),
+                          "request_ms_per_call": per_call(wholes), "null_request_ms_per_call": per_call([n[2] for n in null]),
+                          "batches": len(walls), "calls": count}
             if is_cuda:
-                if walls:
-                    null = [batch_request(batch + 1 + k, {"null": True}) for k in range(NULL_BATCHES)]
-                    per_call = lambda seconds: statistics.median(seconds) * 1e3 / count  # noqa: E731
-                    parent = {"wall_ms_per_call": per_call(walls), "null_ms_per_call": per_call([n[1] for n in null]),
-                              "request_ms_per_call": per_call(wholes), "null_request_ms_per_call": per_call([n[2] for n in null]),
-                              "batches": len(walls), "calls": count}
                 batch_check = self._escape_check(worker, shape, sets_described, stats.median_ms, label, timeout,
                                                  lambda: batch_request(batch + 1 + NULL_BATCHES, {})[0])
                 retimed = batch_check.get("retimed_median_ms")
@@ -940,8 +941,15 @@ class Run:
 
     def _physics(self, problem, shape, label: str, entry: dict, median_ms: float, batch: dict | None, parent: dict):
         """One process's median against the physical floor, against the parent's own clock over the
-        timed batches, and the escape check's batch against it."""
+        timed batches, and the escape check's batch against it. On the CPU the child's clock is all the figure
+        has (a solution with raw memory access rewired time.perf_counter in place): the parent's clock bounds it."""
         if self.device.type != "cuda":
+            if parent.get("wall_ms_per_call") is not None:
+                seen = parent["wall_ms_per_call"] - parent["null_ms_per_call"]
+                if seen > CPU_CLOCK_FACTOR * parent_clock_bound(median_ms, parent.get("calls", 1)):
+                    raise Failure("escaped-timing", f"{label}: the parent's clock saw {seen * 1e3:.1f} us per call beyond a trivial call "
+                                                    f"over {parent['batches']} timed batches, the child's {median_ms * 1e3:.1f} us: "
+                                                    "the timing was not what the calls took")
             return
         floor, which = self.floor_seconds(problem, shape)
         floor /= PHYSICS_MARGIN
