@@ -641,6 +641,11 @@ def run_pool(tasks: list, slots: list, results: Path, progress: Progress, device
                     slot.process = None
             if all(s.process is None for s in slots):
                 break  # every worker is gone for good: what is left has no record
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM): the workers and what they run die now, not after their task
+        for slot in slots:
+            slot.kill()
+        sandbox.reap_strays()  # their candidates' processes, handed back to this subreaper
+        raise
     finally:
         for slot in slots:
             slot.close()

@@ -12,6 +12,7 @@ import argparse
 import functools
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -327,6 +328,9 @@ def cmd_eval_batch(args) -> int:
                             gpus=args.gpus, device=device.type, resume=args.resume,
                             build_first=args.build_first)
     reporter = Reporter(quiet=False)
+    # SIGTERM (a job scheduler's, timeout's) ends the batch as Ctrl-C does: its workers are killed on the way out,
+    # and the records already written stay
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     if args.backend == "ray":
         try:
             from .ray_backend import run_batch_ray

@@ -592,6 +592,48 @@ def test_a_real_worker_killed_mid_candidate_is_replaced_and_the_batch_goes_on(tm
     assert summary["worker_deaths"] == 1 and summary["unrecorded"] == 0 and summary["suite"]["correct"] == 1
 
 
+@pytest.mark.slow
+def test_a_batch_ended_by_sigterm_leaves_no_process_and_keeps_its_records(tmp_path):
+    """SIGTERM (a scheduler's, timeout's) to the driver while a worker's child spins in a hanging candidate: the
+    worker, and the child it ran, once outlived the driver until the candidate's timeout. Now every process of the
+    batch is gone at once, and the records written before stay."""
+    import os
+    import signal
+    import time
+
+    from harness import sandbox
+
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    for name in ("correct.py", "hanging.py"):
+        shutil.copy(FIXTURES / name, folder / name)
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "eval-batch", "softmax", "--dir", str(folder), "--results", str(results),
+                             "--device", "cpu", *FAST, "--timeout", "300"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+    def descendants() -> list:
+        table, found = sandbox._process_table(), [proc.pid]
+        for pid in found:
+            found += [child for child, parent in table.items() if parent == pid]
+        return found[1:]
+
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:  # the hanging candidate's child is running
+        records, _ = read_records(results / "runs.jsonl") if (results / "runs.jsonl").exists() else ([], 0)
+        if any((r.get("path") or "").endswith("correct.py") for r in records) and len(descendants()) >= 2:
+            break
+        time.sleep(0.5)
+    left = descendants()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    time.sleep(1)
+    alive = [pid for pid in left if os.path.exists(f"/proc/{pid}") and b"harness" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert proc.returncode == 128 + signal.SIGTERM and not alive, alive
+    records, _ = read_records(results / "runs.jsonl")
+    assert [Path(r["path"]).name for r in records if r["kind"] == "solution"] == ["correct.py"]
+
+
 def test_a_batch_never_writes_to_the_main_results():
     assert batch.default_results("softmax", cuda=False) == REPO / ".scratch" / "batch" / "softmax"
     assert batch.default_results("softmax", cuda=True) == REPO / "results" / "batch" / "softmax"
