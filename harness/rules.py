@@ -28,14 +28,15 @@ RULES = (
     Rule(("impossible-time",), "faster than the bytes allow (reads at the measured read ceiling, writes at what a copy "
                                "costs, 5% margin) or the flops at the measured bf16 matrix rate", False),
     Rule(("escaped-timing",), "the parent's clock over the timed batches, or a device-synchronised batch of ~5 ms, took "
-                              "longer than the events saw", True),
+                              "longer than the events saw (on the CPU, than the child's clock)", True),
     Rule(("introspection",), "frames, gc, ctypes, code objects, tracing, exec of strings, `/proc` of another process, "
                              "torch's frame-evaluation hooks, a call of torch's ops below the op records (`_op_dk`, "
                              "`redispatch_boxed`, `torch.library.get_kernel`, TorchScript's fusers): in the source (static "
                              "scan) or at run time (the guard and the seals)", True),
     Rule(("sandbox-violation",), "a write outside the scratch folder, a signal to another process, a socket, a process "
                                  "started after loading", True),
-    Rule(("background-thread",), "a thread started after the import", True),
+    Rule(("background-thread",), "a thread of the solution's still running at a checkpoint: a Python one, a native one "
+                                 "running Python, or torch's inter-op pool (TorchScript's fork)", True),
     Rule(("background-process",), "a process still alive after a call", False),
     Rule(("tampering",), "torch, harness or core module dicts changed, a torch mode or a signal handler left behind", True),
     Rule(("bad-reply",), "a message from the child that is malformed, forged or names a rule no solution can earn", False),
