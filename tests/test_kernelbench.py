@@ -233,6 +233,19 @@ def test_an_extension_built_in_init_passes(tmp_path):
     assert record["status"] == "ok", record["reason"]
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_kernelbench_file_as_it_is_with_a_cuda_solution_on_the_gpu(tmp_path):
+    """The KernelBench-format file, unchanged, against a solution with a CUDA kernel of its own: correct, timed
+    at the file's own shape beside eager, and not marked as using the reference's ops."""
+    out = _harness("eval", str(FILES[SUM].relative_to(REPO)), "--solution", str(SOLUTIONS / "sum_cuda.py"),
+                   "--results", str(tmp_path), "--trials", "2", "--budget", "0.2", "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    record = next(r for r in json.loads(out.stdout) if r["kind"] == "solution")
+    assert record["status"] == "ok" and "uses_reference_ops" not in record, record["reason"]
+    assert [t["shape"] for t in record["timings"]] == ["default"] and record["timings"][0]["median_ms"] > 0
+
+
 @pytest.mark.slow
 def test_partial_accepts_the_reference_op_beside_work_of_its_own_and_marks_it(tmp_path):
     """custom: partial (a KernelBench file's default): a forward calling aten::sum for half the work passes and is
