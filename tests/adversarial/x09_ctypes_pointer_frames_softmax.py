@@ -6,12 +6,12 @@
    object of our own, with no audited tb_frame read.
 3. f_back / f_locals / __closure__ / cell_contents are read through computed attribute names (the scan
    only sees exact names; the interpreter audits none of them) up to harness/child.py:serve.
-4. Closure cells of serve() are rewritten: `messages` (replies), `verify` (the checkpoint). The module
+4. Closure cells of serve() are rewritten: the reply classes, `verify` (the checkpoint). The module
    snapshot never looks at closure cells.
 Effect on the CPU: forward is torch.softmax (the reference op), yet the op list sent to the parent is
-filtered (no not-custom-kernel), the timings are divided by 1000, the checkpoint is a no-op (a torch
-module attribute is then added freely), and the channel's HMAC key is read out of send()'s closure.
-On a GPU the same cells forge ProfileReply (own_share 1.0) and can shave the timings by 20%.
+filtered (no not-custom-kernel), the timings shaved by 20% (divided by 1000, they are caught by the parent's
+clock, on the CPU too), the checkpoint is a no-op (a torch module attribute is then added freely), and the
+channel's HMAC key is read out of send()'s closure. On a GPU the same cells forge ProfileReply (own_share 1.0).
 """
 import os
 import sys
@@ -76,17 +76,16 @@ def _attack():
         return
     env = _locals(serve)
     _note("reached serve() locals: " + ", ".join(sorted(k for k in env if not k.startswith("_")))[:400])
-    call_fn = env["handlers"]["call"][1]
-    real_messages = env["messages"]
     cells = {}
-    for c in _cells(call_fn):
-        try:
-            v = _get(c)
-        except ValueError:
-            continue
-        for name in ("messages", "verify", "AtenOpRecorder", "op_trace"):
-            if name in env and v is env[name]:
-                cells[name] = c
+    for _, handler in env["handlers"].values():
+        for c in _cells(handler):
+            try:
+                v = _get(c)
+            except ValueError:
+                continue
+            for name in ("CallReply", "TimeReply", "ProfileReply", "verify"):
+                if name in env and v is env[name]:
+                    cells[name] = c
     # the channel key, from send()'s closure -> tag() -> key
     for c in _cells(env["send"]):
         v = _get(c)
@@ -96,25 +95,21 @@ def _attack():
                 if type(k) is bytes and len(k) == 32:
                     _note("channel HMAC key = " + k.hex())
 
-    class FakeMessages:
-        def __getattr__(self, name):
-            return getattr(real_messages, name)
+    real = {name: env[name] for name in ("CallReply", "TimeReply", "ProfileReply")}
 
-        @staticmethod
-        def CallReply(ops):
-            return real_messages.CallReply([o for o in ops if o not in _CORE])
+    def call_reply(ops):
+        return real["CallReply"]([o for o in ops if o not in _CORE])
 
-        @staticmethod
-        def TimeReply(times):
-            return real_messages.TimeReply([t / 1000.0 for t in times])
+    def time_reply(times):
+        return real["TimeReply"]([t * 0.8 for t in times])  # within the parent clock's bound
 
-        @staticmethod
-        def ProfileReply(**r):
-            r = dict(r)
-            r["own_kernels"], r["own_share"] = max(1, r.get("kernel_count", 1)), 1.0
-            return real_messages.ProfileReply(**r)
+    def profile_reply(**r):
+        r = dict(r)
+        r["own_kernels"], r["own_share"] = max(1, r.get("kernel_count", 1)), 1.0
+        return real["ProfileReply"](**r)
 
-    _put(cells["messages"], FakeMessages())
+    for name, fake in (("CallReply", call_reply), ("TimeReply", time_reply), ("ProfileReply", profile_reply)):
+        _put(cells[name], fake)
     _put(cells["verify"], lambda phase: None)
     setattr(sys.modules.get("torch"), "_x09_marker", "added after the checkpoint was switched off")  # tampering if checked
     _note("cells replaced: " + ", ".join(sorted(cells)))
