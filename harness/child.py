@@ -207,8 +207,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     # import, so that one started by the solution, busy or idle, is a thread of its own.
     pool_threads = guard.make_pool_census()
     idents_before, raw_before, pool_before = thread_idents(), raw_count(), pool_threads()
-    thread_count = lambda: max(len_(thread_idents() - idents_before), raw_count() - raw_before,  # noqa: E731
-                               pool_threads() - pool_before)
+
+    def no_threads(when: str):
+        """background-thread when a thread of the solution's runs now (a solution's child only)."""
+        count = max(len_(thread_idents() - idents_before), raw_count() - raw_before, pool_threads() - pool_before)
+        if is_solution and count > 0:
+            raise Failure("background-thread", f"{when}: {count} thread(s) still running")
     signals = __import__("_signal")
     getsignal, getitimer = signals.getsignal, signals.getitimer
 
@@ -229,8 +233,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         that ran on through the checks below could undo what they look at."""
         if not is_solution:
             return
-        if thread_count() > 0:
-            raise Failure("background-thread", f"after {phase}: {thread_count()} thread(s) still running")
+        no_threads(f"after {phase}")
         # Calls of sealed functions, even those the solution caught
         for refused in (hook_calls, profiler_calls, library_calls, direct_calls, fuser_calls):
             if refused:
@@ -245,8 +248,6 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             raise Failure("tampering", f"after {phase}: torch mode(s) left active: {', '.join(modes[:3])}")
         if handlers_now() != handlers_before or any(getitimer(which) != (0.0, 0.0) for which in (0, 1, 2)):
             raise Failure("tampering", f"after {phase}: a signal handler or interval timer was installed")
-        if thread_count() > 0:
-            raise Failure("background-thread", f"after {phase}: {thread_count()} thread(s) still running")
 
     gc_module = __import__("gc")
     gc_collect, gc_disable, gc_freeze, gc_unfreeze = gc_module.collect, gc_module.disable, gc_module.freeze, gc_module.unfreeze
@@ -462,8 +463,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             state["sealed"] = seal()
             payload = {"status": "ok", **wire(make_reply())}
             del make_reply
-            if is_solution and thread_count() > 0:  # a thread born after the checkpoint, whatever it did since
-                raise Failure("background-thread", f"after {phase}: a thread started while the reply was made")
+            no_threads(f"after {phase}, once the reply was made")  # counted again: one born since the checkpoint
         except BaseException as error:  # noqa: BLE001 - every failure becomes a one-line reason
             rule, reason = classify(error, phase)
             send({"status": "fail", "rule": rule, "reason": reason})
