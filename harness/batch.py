@@ -406,6 +406,7 @@ class Slot:
         self.fd = None
         self.buffer = b""
         self.task: Task | None = None
+        self.reserved: Task | None = None  # the candidate it is sent next, named in the current task (its child starts early)
         self.spawns = 0
 
     def spawn(self):
@@ -581,19 +582,28 @@ def run_pool(tasks: list, slots: list, results: Path, progress: Progress, device
             progress.finished(task.candidate.record_path, message)
 
     try:
-        while queue or any(s.task for s in slots):
+        while queue or any(s.task or s.reserved for s in slots):
             for slot in slots:
                 if slot.task is None and not slot.dead():
-                    task = next((t for t in queue if ready(t)), None)
+                    task, slot.reserved = slot.reserved or next((t for t in queue if ready(t)), None), None
                     if task is None:
                         break
-                    queue.remove(task)
+                    if task in queue:
+                        queue.remove(task)
                     if task.op == "eval" and task.ref in errors:
                         continue
                     message = {"op": task.op, "task": task.id, "ref": task.ref}
                     if task.op == "eval":
                         message.update(path=task.candidate.record_path, baselines=baselines.get(task.ref, {}),
                                        built=built.get(str(task.candidate.path)))
+                        # The candidate this worker takes next, if one is ready: named now, so that its child starts
+                        # while this one is evaluated
+                        follow = next((t for t in queue if t.op == "eval" and ready(t) and t.ref not in errors), None)
+                        if follow is not None:
+                            queue.remove(follow)
+                            slot.reserved = follow
+                            message["then"] = {"ref": follow.ref, "path": follow.candidate.record_path,
+                                               "built": built.get(str(follow.candidate.path))}
                     slot.task = task
                     task.attempts += 1
                     task.marks = {"sent": time.monotonic()}
@@ -626,6 +636,9 @@ def run_pool(tasks: list, slots: list, results: Path, progress: Progress, device
                                            + (f" while on {task.candidate.record_path if task.candidate else task.ref}" if task else "")
                                            + "; replacing it[/yellow]")
                 slot.task = None
+                if slot.reserved is not None:  # back in line, behind the task it followed
+                    queue.appendleft(slot.reserved)
+                    slot.reserved = None
                 if task is not None:
                     if task.attempts < MAX_ATTEMPTS:
                         queue.appendleft(task)
@@ -810,26 +823,35 @@ class Evaluator:
         problem = self.problem(ref)
         self.run.check_tolerances(problem)
         baselines, records = {}, []
-        for target in (Target("eager", "eager"), Target("compile", "torch.compile")):
-            record = self.run.evaluate_target(problem, target, baselines)
+        targets = (Target("eager", "eager"), Target("compile", "torch.compile"))
+        for target, then in zip(targets, (targets[1], None)):
+            record = self.run.evaluate_target(problem, target, baselines, then and (problem, then))
             add_baseline(baselines, record)
             if write:
                 append_record(record, self.results_path)
             records.append(record)
         return baselines, records
 
-    def evaluate(self, ref: str, path: str, baselines: dict, built=None, write: bool = True) -> dict:
+    def evaluate(self, ref: str, path: str, baselines: dict, built=None, write: bool = True, then: dict | None = None) -> dict:
+        """One candidate's record. `then` ({ref, path, built}) names the candidate this worker is sent next: its
+        child starts while this one is evaluated (Run.start_ahead)."""
         from .runner import Target
 
-        if built:
-            self.run.prebuilt[path] = (bool(built[0]), built[1])
-        record = self.run.evaluate_target(self.problem(ref), Target("solution", Path(path).stem, path=Path(path)), baselines)
+        following = None
+        for item, item_built in ((path, built), (then and then["path"], then and then.get("built"))):
+            if item and item_built:
+                self.run.prebuilt[item] = (bool(item_built[0]), item_built[1])
+        if then:
+            following = (self.problem(then["ref"]), Target("solution", Path(then["path"]).stem, path=Path(then["path"])))
+        record = self.run.evaluate_target(self.problem(ref), Target("solution", Path(path).stem, path=Path(path)), baselines,
+                                          following)
         if write:
             append_record(record, self.results_path)
         return record
 
     def finish(self):
         """The seed is written only now, as `eval` does: nothing a candidate could read held it."""
+        self.run.drop_ahead()
         append_record({"run_id": self.run.run_id, "seed": self.run.seed, "date": self.run.env["date"]},
                       self.results_path.parent / "seeds.jsonl")
 
@@ -873,7 +895,8 @@ def _worker(argv) -> int:
                 except ProblemError as error:
                     send({"task": task["task"], "event": "done", "error": str(error)})
             else:
-                record = evaluator.evaluate(task["ref"], task["path"], task.get("baselines") or {}, task.get("built"))
+                record = evaluator.evaluate(task["ref"], task["path"], task.get("baselines") or {}, task.get("built"),
+                                            then=task.get("then"))
                 send({"task": task["task"], "event": "done", "status": record["status"], "rule": record.get("rule", ""),
                       "reason": record.get("reason", "")[:200], "checked": is_compiled(record)})
             current["task"] = None

@@ -168,9 +168,9 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
     # Bound now: the replies never pass through a lookup the solution could redirect (a thread of its own could
     # swap a module's name between the checkpoint and the send, and put it back)
     wire, sorted_ = messages.wire, sorted
-    LoadReply, CallReply, TimeReply, BurstReply, QueuedReply, ProfileReply, ProbeReply = (
+    LoadReply, CallReply, TimeReply, BurstReply, QueuedReply, ProfileReply, ProbeReply, ReadyReply = (
         messages.LoadReply, messages.CallReply, messages.TimeReply, messages.BurstReply, messages.QueuedReply,
-        messages.ProfileReply, messages.ProbeReply)
+        messages.ProfileReply, messages.ProbeReply, messages.ReadyReply)
     kernel_summary, traced_ops = profiling.kernel_summary, profiling.traced_ops
     own_kernels = frozenset(spec.get("own_kernels") or ())  # what the solution's sources declare (the parent read them)
     # Bound now, for what the child reads after the solution's code and before the checkpoint (where a lookup
@@ -443,9 +443,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         probe_us = issue_probe()
         return lambda: ProbeReply(probe_us)
 
+    def ready(_msg):
+        return lambda: ReadyReply()
+
     handlers = {"load": ("loading", load), "call": ("running a correctness trial", call), "time": ("timing", time_batch),
                 "burst": ("the escape check", burst), "queued": ("timing queued calls", queued),
-                "profile": ("profiling", profile), "probe": ("probing the host", probe)}
+                "profile": ("profiling", profile), "probe": ("probing the host", probe), "ready": ("starting", ready)}
     while True:
         msg = recv()
         command = msg.get("cmd")

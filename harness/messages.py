@@ -80,6 +80,13 @@ class Profile(Request):
 
 
 @dataclasses.dataclass(frozen=True)
+class Ready(Request):
+    """Answered once the child has started: torch imported, CUDA's context made, the guard in place. A child
+    started ahead of its turn is asked this before another target is timed, so its start never overlaps timing."""
+    cmd: typing.ClassVar[str] = "ready"
+
+
+@dataclasses.dataclass(frozen=True)
 class Probe(Request):
     """The host's time to issue one tiny operation."""
     cmd: typing.ClassVar[str] = "probe"
@@ -126,6 +133,11 @@ class ProfileReply:
     own_kernels: int
     own_share: float
     kernels: list  # {"name", "own", ...} per kernel
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadyReply:
+    pass
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,9 @@ writes the records. It never imports solution code and never unpickles or execut
 child sends: replies are authenticated JSON (harness/channel.py), checked field by field.
 
 Order per problem: the self-check of the tolerances, the baselines (eager, torch.compile), other
-libraries, then each solution.
+libraries, then each solution. The next target's child is started while this one is evaluated (its start,
+~6 s of imports and CUDA set-up, is most of a small target's time); no solution code runs in it before its
+turn, and it has finished starting before this target is timed.
 """
 from __future__ import annotations
 
@@ -443,6 +445,7 @@ class Run:
         self.output_metas = {}  # (problem, shape) -> the reference output's (shape, dtype): _output_meta
         self.sampler = random.Random(os.urandom(16))  # which timed calls are verified: the parent's secret
         self.subreaper = sandbox.become_subreaper()
+        self.ahead: tuple | None = None  # (spec, Worker, ready): the next target's child, started early
         torch.backends.cudnn.allow_tf32 = False  # the self-check's eager at fp32, as the baselines run it
         if device.type == "cuda":
             self.report("measuring the device's copy and read bandwidth and matrix rate")
@@ -464,12 +467,16 @@ class Run:
     def evaluate_problem(self, problem: Problem, targets: list) -> list:
         self.check_tolerances(problem)
         baselines, records = {}, []
-        for target in targets:
-            record = self.evaluate_target(problem, target, baselines)
-            add_baseline(baselines, record)
-            append_record(record, self.results_path)
-            records.append(record)
-            self.report(record=record)
+        try:
+            for index, target in enumerate(targets):
+                then = (problem, targets[index + 1]) if index + 1 < len(targets) else None
+                record = self.evaluate_target(problem, target, baselines, then)
+                add_baseline(baselines, record)
+                append_record(record, self.results_path)
+                records.append(record)
+                self.report(record=record)
+        finally:
+            self.drop_ahead()
         return records
 
     def _base_record(self, problem: Problem, target: Target) -> Record:
@@ -499,8 +506,9 @@ class Run:
             spec["own_kernels"] = sorted(set().union(*(declared_kernels(p.read_text(errors="replace")) for p in sources)))
         return spec
 
-    def evaluate_target(self, problem: Problem, target: Target, baselines: dict) -> dict:
-        """The target's record (as written to runs.jsonl): every stage fills its part of one Record."""
+    def evaluate_target(self, problem: Problem, target: Target, baselines: dict, then: tuple | None = None) -> dict:
+        """The target's record (as written to runs.jsonl): every stage fills its part of one Record. `then`, the
+        (problem, target) evaluated next, has its child started as this one's starts (start_ahead)."""
         record = self._base_record(problem, target)
         if target.kind == "compile" and self.device.type != "cuda":
             record.status, record.reason = "skipped", "torch.compile baseline is timed on GPU runs only"
@@ -508,6 +516,7 @@ class Run:
         if target.kind == "solution" and self.device.type != "cuda" and needs_cuda(target.path):
             record.status, record.reason = "skipped", "builds CUDA kernels: needs a CUDA GPU, and this machine has none (not timed)"
             return record.to_json()
+        ahead = self._take_ahead(problem, target)  # after the returns above: start_ahead never starts a child for those
         self.report(f"{target.label}: starting")
         # Inputs of this target's own: two candidates of a batch (one Run) never see the same sets, so one cannot
         # hand the other answers (twins share their by-content build folder, which the child may write).
@@ -518,10 +527,14 @@ class Run:
                 violations = scan_violations(target.path)
                 if violations:
                     raise Failure(*violations[0])
-            worker = spawn(self._spec(problem, target), self.config)
+            worker = ahead or spawn(self._spec(problem, target), self.config)
+            ahead = None
+            if then is not None:
+                self.start_ahead(*then)
             self._load(worker, record, target)
             if target.kind == "solution":
                 self._check_correctness(problem, worker, record, target)
+            self._await_ahead()  # the next child's start (imports, CUDA's context) is over before this target is timed
             self._time(problem, worker, record, target, baselines)
             if record.timings and all("error" in t for t in record.timings):
                 raise Failure(record.timings[0]["rule"], record.timings[0]["error"])
@@ -533,11 +546,61 @@ class Run:
             record.status, record.rule = "failed", "harness-error"
             record.reason = f"the checker failed ({type(error).__name__}: {first}); not the solution's verdict"
         finally:
-            if worker is not None:
-                worker.close()
+            for child in (worker, ahead):  # ahead: started for this target, which ended before needing it
+                if child is not None:
+                    child.close()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         return record.to_json()
+
+    # ---- the next target's child, started early ------------------------------------------------
+    def start_ahead(self, problem: Problem, target: Target) -> None:
+        """Start the child of the target evaluated next. It confines itself, imports torch and makes its CUDA
+        context now, and runs no solution code until that target's turn sends it Load. Only where Landlock
+        scopes signals and ptrace (ABI 6 or later): two children then live at once, and the running solution
+        must not be able to reach the next one. A child that will not be used (a scan violation, a target
+        CUDA cannot run here) is never started; a failure to start is that target's, found on its turn."""
+        self.drop_ahead()
+        if not self.config.sandbox or sandbox.landlock_abi() < 6:
+            return
+        if target.path is not None and (scan_violations(target.path) or (self.device.type != "cuda" and needs_cuda(target.path))):
+            return
+        if target.kind == "compile" and self.device.type != "cuda":
+            return
+        spec = self._spec(problem, target)
+        try:
+            self.ahead = (spec, spawn(spec, self.config), False)
+        except OSError:  # no process to be had now: the target spawns its own on its turn, and meets the error there
+            self.ahead = None
+
+    def _await_ahead(self) -> None:
+        """Wait until the child started ahead has finished starting (it answers Ready). One that fails to
+        start is dropped: its target spawns afresh on its turn and meets the failure there."""
+        if self.ahead is None or self.ahead[2]:
+            return
+        spec, worker, _ = self.ahead
+        try:
+            worker.request(messages.Ready(), self.config.call_timeout_s, "starting", messages.ReadyReply)
+            self.ahead = (spec, worker, True)
+        except Failure:
+            self.drop_ahead()
+
+    def _take_ahead(self, problem: Problem, target: Target):
+        """The child started ahead for exactly this target (the same spec), or None; any other is closed."""
+        if self.ahead is None:
+            return None
+        spec, worker, _ = self.ahead
+        self.ahead = None
+        if spec != self._spec(problem, target):
+            worker.close()
+            return None
+        return worker
+
+    def drop_ahead(self) -> None:
+        """Close the child started ahead, if any (the run ends, or another target comes next)."""
+        if self.ahead is not None:
+            worker, self.ahead = self.ahead[1], None
+            worker.close()
 
     def _load(self, worker: Worker, record: Record, target: Target):
         loaded = worker.request(messages.Load(), self.config.build_timeout_s, "building and loading", messages.LoadReply)

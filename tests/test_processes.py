@@ -329,3 +329,34 @@ def test_a_childs_output_reaches_the_parent_as_its_tail_and_its_files_are_capped
     assert "refused: File too large" in err
     # what the child prints is never taken for the harness's own lines (a forged verdict or closing line)
     assert "\n| --- end of the output of candidate.py ---\n|   other.py: correct\n" in err
+
+
+@pytest.mark.skipif(runner.sandbox.landlock_abi() < 6, reason="a child is started ahead only where Landlock scopes signals")
+def test_the_next_targets_child_starts_early_and_imports_its_solution_on_its_turn(tmp_path, monkeypatch):
+    """evaluate_problem starts the second target's child as the first one's starts (its start-up overlaps the first
+    target's checks); the second solution is imported (Load) only once the first target is done, and both pass."""
+    from harness import messages
+
+    events = []
+    real_spawn, real_request = runner.spawn, runner.Worker.request
+
+    def spawn(spec, config, *args, **kwargs):
+        events.append(("spawn", Path(spec["path"]).name))
+        return real_spawn(spec, config, *args, **kwargs)
+
+    def request(self, msg, *args, **kwargs):
+        if isinstance(msg, messages.Load):
+            events.append(("load", Path(self.spec["path"]).name))
+        return real_request(self, msg, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "spawn", spawn)
+    monkeypatch.setattr(runner.Worker, "request", request)
+    first, second = (write_solution(tmp_path, HONEST.read_text(), name) for name in ("first.py", "second.py"))
+    config = Config(trials=1, budget_s=0.05, min_reps=3, call_timeout_s=60, shapes=("one_row",))
+    run = Run(CPU, tmp_path / "runs.jsonl", config, seed=5,
+              reporter=lambda message="", record=None: events.append(("record", record["name"])) if record else None)
+    records = run.evaluate_problem(find_problem("softmax"), [Target("solution", p.stem, path=p) for p in (first, second)])
+    assert [r["status"] for r in records] == ["ok", "ok"], [r["reason"] for r in records]
+    assert events == [("spawn", "first.py"), ("spawn", "second.py"), ("load", "first.py"), ("record", "first"),
+                      ("load", "second.py"), ("record", "second")]
+    assert run.ahead is None

@@ -57,14 +57,18 @@ def layout(tmp_path):
     return tmp_path
 
 
-def run_confined(layout: Path, body: str, writes=None, timeout: float = 120, maps=()) -> dict:
-    """Run PRELUDE + body in a fresh interpreter with the scratch environment; return its JSON `out`."""
+def confined_command(layout: Path, body: str, writes=None, maps=()) -> list:
+    """The command line of a fresh interpreter that runs PRELUDE + body."""
     args = {"solution": str(layout / "solutions" / "candidate.py"), "problem": str(layout / "problem"),
             "writes": [str(p) for p in (writes or [layout / "scratch"])], "maps": [str(p) for p in maps]}
-    code = PRELUDE + textwrap.dedent(body) + "\nprint('RESULT' + json.dumps(out))\n"
+    return [sys.executable, "-c", PRELUDE + textwrap.dedent(body), json.dumps(args)]
+
+
+def run_confined(layout: Path, body: str, writes=None, timeout: float = 120, maps=()) -> dict:
+    """Run PRELUDE + body in a fresh interpreter with the scratch environment; return its JSON `out`."""
+    command = confined_command(layout, textwrap.dedent(body) + "\nprint('RESULT' + json.dumps(out))\n", writes, maps)
     env = dict(os.environ, **sandbox.scratch_environment(layout / "scratch"))
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=layout)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=layout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
     assert proc.returncode == 0 and lines, f"confined child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return json.loads(lines[-1][len("RESULT"):])
@@ -174,6 +178,30 @@ def test_confined_child_cannot_escape(layout):
 
 
 @needs_landlock
+@pytest.mark.skipif(ABI < 6, reason="Landlock scopes signals from ABI 6 on (Run.start_ahead starts no child early below it)")
+def test_a_confined_child_cannot_reach_a_sibling_in_its_own_domain(layout):
+    """Run.start_ahead keeps the next target's child alive while a solution runs: the solution's process may not
+    signal it, ptrace it or read its memory (each child confines itself in a domain of its own)."""
+    env = dict(os.environ, **sandbox.scratch_environment(layout / "scratch"))
+    sibling = subprocess.Popen(confined_command(layout, "print('READY', flush=True)\nimport time\ntime.sleep(300)\n"),
+                               stdout=subprocess.PIPE, text=True, env=env, cwd=layout)
+    try:
+        assert sibling.stdout.readline().strip() == "READY"
+        out = run_confined(layout, f"""
+            import ctypes, signal
+            sibling = {sibling.pid}
+            attempt("signal", lambda: os.kill(sibling, signal.SIGKILL))
+            attempt("memory", lambda: open(f"/proc/{{sibling}}/mem", "rb").read(1))
+            libc = ctypes.CDLL(None, use_errno=True)
+            out["ptrace"] = "ok" if libc.ptrace(0x4206, sibling, 0, 0) == 0 else __import__("errno").errorcode[ctypes.get_errno()]
+            """)
+        assert out["signal"] == "EPERM" and out["memory"] in ("EACCES", "EPERM") and out["ptrace"] in ("EACCES", "EPERM"), out
+        assert sibling.poll() is None
+    finally:
+        sibling.kill()
+        sibling.wait()
+
+
 def test_confine_refuses_with_threads_running(layout):
     code = ("import threading, time\nfrom harness import sandbox\n"
             "threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
