@@ -226,7 +226,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         return found
 
     handlers_before = handlers_now()
-    state = {"module": None, "models": {}, "external": None, "unfreeze": False, "sealed": None, "held": None}
+    state = {"module": None, "models": {}, "external": None, "sealed": None, "held": None}
 
     def verify(phase: str):
         """The checkpoint after every phase that ran solution code. Threads first: a thread of the solution's
@@ -250,21 +250,23 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             raise Failure("tampering", f"after {phase}: a signal handler or interval timer was installed")
 
     gc_module = __import__("gc")
-    gc_collect, gc_disable, gc_freeze, gc_unfreeze = gc_module.collect, gc_module.disable, gc_module.freeze, gc_module.unfreeze
+    gc_collect, gc_disable, gc_freeze = gc_module.collect, gc_module.disable, gc_module.freeze
     gc_disable()  # collections happen in release() alone: a finalizer is solution code, and must run where that may
+    # What exists now (torch's heap, ours) is frozen: no collection looks at it again. A full one over it takes
+    # ~200 ms, which every shape's change of models would otherwise pay.
+    gc_collect()
+    gc_freeze()
 
-    def release():
+    def release(freeze: bool = False):
         """The end of a request's solution code: its garbage is collected now, so that its finalizers (solution
         code) run before the checkpoint, never between the checkpoint and the reply; the collector stays off
-        after (the solution may have switched it on). What survives is frozen, so the next collection looks at
-        the new objects alone (a full one over a heap holding torch takes ~100 ms); after a shape's models were
-        dropped, the whole heap is collected once."""
+        after (the solution may have switched it on). The solution's module, once imported, is frozen too
+        (`freeze`), so a collection looks only at what came since: models, which a change of shape drops, and
+        each request's garbage. A baseline freezes after every request (it leaves no garbage worth finding)."""
         state["sealed"] = state["held"] = None  # the last request's slots and records: callbacks hung on them run here
-        if state["unfreeze"]:
-            gc_unfreeze()
-            state["unfreeze"] = False
         gc_collect()
-        gc_freeze()
+        if freeze:
+            gc_freeze()
         gc_disable()
 
     def load(_msg):
@@ -304,8 +306,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
 
     def model_for(shape_name: str):
         if shape_name not in state["models"]:
-            state["unfreeze"] = bool(state["models"])  # the dropped models may sit in cycles: a full collection next
-            state["models"].clear()
+            state["models"].clear()  # those in cycles go at this request's release
             shape = problem.shape(shape_name)
             extra = [state["module"]] if state["module"] is not None else []
             problem.apply_constants(shape, *extra)
@@ -461,7 +462,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             # the reply: a patch the solution left to forge it, even one that undoes itself once used, is still
             # in place at the checkpoint, and nothing of the solution runs between the checkpoint and the send.
             make_reply = handler(msg)
-            release()
+            release(freeze=command == "load" or not is_solution)  # a baseline's torch.compile leaves a large heap
             verify(phase)
             state["sealed"] = seal()
             payload = {"status": "ok", **wire(make_reply())}
