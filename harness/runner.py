@@ -586,14 +586,17 @@ class Run:
             self.drop_ahead()
 
     def _take_ahead(self, problem: Problem, target: Target):
-        """The child started ahead for exactly this target (the same spec), or None; any other is closed."""
+        """The child started ahead for exactly this target (the same spec), once it has answered Ready; else None
+        (any other is closed). It started while another solution ran, which may have starved it (all of the GPU's
+        memory taken as it made its CUDA context): one that did not come up is never this target's failure, and
+        the target spawns a fresh child."""
         if self.ahead is None:
             return None
-        spec, worker, _ = self.ahead
-        self.ahead = None
-        if spec != self._spec(problem, target):
-            worker.close()
+        if self.ahead[0] != self._spec(problem, target):
+            self.drop_ahead()
             return None
+        self._await_ahead()
+        worker, self.ahead = (self.ahead[1] if self.ahead else None), None
         return worker
 
     def drop_ahead(self) -> None:

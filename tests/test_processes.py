@@ -360,3 +360,27 @@ def test_the_next_targets_child_starts_early_and_imports_its_solution_on_its_tur
     assert events == [("spawn", "first.py"), ("spawn", "second.py"), ("load", "first.py"), ("record", "first"),
                       ("load", "second.py"), ("record", "second")]
     assert run.ahead is None
+
+
+@pytest.mark.skipif(runner.sandbox.landlock_abi() < 6, reason="a child is started ahead only where Landlock scopes signals")
+def test_a_child_started_ahead_that_died_is_replaced_not_blamed(tmp_path, monkeypatch):
+    """The next target's child starts while another solution runs, and that solution may starve it (all of the GPU's
+    memory taken as its CUDA context is made): a child started ahead that did not come up is replaced by a fresh one
+    on its target's turn, never counted against that target. Here the first solution is wrong (so no timing phase
+    waits for the child) and the child started ahead is killed."""
+    import signal
+
+    real_start = Run.start_ahead
+
+    def start_and_kill(self, problem, target):
+        real_start(self, problem, target)
+        if self.ahead is not None:
+            self.ahead[1].process.send_signal(signal.SIGKILL)
+
+    monkeypatch.setattr(Run, "start_ahead", start_and_kill)
+    wrong = write_solution(tmp_path, HONEST.read_text().replace("e / e.sum", "e / 2 / e.sum"), "wrong.py")
+    honest = write_solution(tmp_path, HONEST.read_text(), "honest.py")
+    config = Config(trials=1, budget_s=0.05, min_reps=3, call_timeout_s=60, shapes=("one_row",))
+    run = Run(CPU, tmp_path / "runs.jsonl", config, seed=6)
+    records = run.evaluate_problem(find_problem("softmax"), [Target("solution", p.stem, path=p) for p in (wrong, honest)])
+    assert [(r["status"], r["rule"]) for r in records] == [("failed", "wrong-output"), ("ok", "")], [r["reason"] for r in records]
