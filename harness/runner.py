@@ -632,11 +632,12 @@ class Run:
         return self.output_metas[key]
 
     def _verify(self, problem: Problem, shape, seed: int, slot: torch.Tensor, inputs: list, label: str, timed: str = "",
-                probe_from=None) -> dict:
-        """The parent's verdict on one call: its inputs as the child left them against a fresh draw, its
-        copied output against the float64 reference. `timed` names the kind of timed call ("" for a trial);
-        a wrong timed output is `timed-output-wrong`, for a solution and a baseline alike."""
-        drawn = self._draw(problem, shape, seed, probe_from)
+                probe_from=None, drawn: list | None = None) -> dict:
+        """The parent's verdict on one call: its inputs as the child left them against a fresh draw (or `drawn`,
+        the parent's own copy of what it shared, which the child never saw), its copied output against the
+        float64 reference. `timed` names the kind of timed call ("" for a trial); a wrong timed output is
+        `timed-output-wrong`, for a solution and a baseline alike."""
+        drawn = drawn if drawn is not None else self._draw(problem, shape, seed, probe_from)
         changed = inputs_unchanged(drawn, inputs)
         if changed:
             raise Failure("input-mutated", f"{label}{', ' + timed if timed else ''}: {changed}")
@@ -682,7 +683,8 @@ class Run:
                 worst = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
                 for seed, probe_from, label in plan:
                     pool = SharedPool(self.device, directory)
-                    inputs = pool.share(self._draw(problem, shape, seed, probe_from))
+                    drawn = self._draw(problem, shape, seed, probe_from)  # kept: the pristine inputs, never shared
+                    inputs = pool.share(drawn)
                     described = describe(inputs)
                     slot = poison(pool.tensor(out_shape, out_dtype))
                     self._sync()
@@ -690,10 +692,11 @@ class Run:
                                            f"running {shape.name} {label}", messages.CallReply)
                     self._judge_ops(problem, record, reply.ops)
                     where = " (inputs share their first and last elements with the previous trial: a cached result?)" if probe_from else ""
-                    summary = self._verify(problem, shape, seed, slot, inputs, f"{shape.name} ({shape.dtype}), {label}{where}", "", probe_from)
+                    summary = self._verify(problem, shape, seed, slot, inputs, f"{shape.name} ({shape.dtype}), {label}{where}", "",
+                                           probe_from, drawn)
                     for key, value in summary.items():
                         worst[key] = max(worst[key], value)
-                    del inputs, slot, pool
+                    del inputs, slot, pool, drawn
                 record.checks.append({"shape": shape.name, "dtype": shape.dtype, "trials": len(plan), "passed": True, **worst})
         finally:
             self._remove(directory)
