@@ -19,17 +19,34 @@ LIBRARY_KERNEL = re.compile(
 )
 
 # Words that stand between __global__ and a kernel's name and are followed by a parenthesis themselves.
+_TRITON_DECORATOR = re.compile(r"@triton\.(?:jit|autotune)")
+_DEF = re.compile(r"\s*def\s+(\w+)")
 _QUALIFIERS = frozenset({"__launch_bounds__", "__cluster_dims__", "__maxnreg__", "alignas", "__attribute__"})
 
 
 def declared_kernels(source: str) -> frozenset:
     """The names of the kernels a source declares: each `__global__` function's, and each Triton function's."""
     names = set()
-    for match in re.finditer(r"\b__global__\b", source):
-        declaration = re.split(r"[{;]", source[match.end():match.end() + 2000], maxsplit=1)[0]
+    # Linear in the source (the parent reads it while another target runs): each declaration is read up to its
+    # body, its `;`, the next `__global__` or 2,000 characters, whichever comes first.
+    starts = [match.end() for match in re.finditer(r"\b__global__\b", source)]
+    for start, following in zip(starts, starts[1:] + [len(source)]):
+        declaration = re.split(r"[{;]", source[start:min(following, start + 2000)], maxsplit=1)[0]
         called = [word for word in re.findall(r"\b([A-Za-z_]\w*)\s*\(", declaration) if word not in _QUALIFIERS]
         names.update(called[:1])
-    names.update(re.findall(r"@triton\.(?:jit|autotune)[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)", source))
+    # A Triton function: a line with @triton.jit or @triton.autotune, more decorators or blank lines, then its def.
+    lines = source.splitlines()
+    index = 0
+    while index < len(lines):
+        if not _TRITON_DECORATOR.search(lines[index]):
+            index += 1
+            continue
+        index += 1
+        while index < len(lines) and (not lines[index].strip() or lines[index].lstrip().startswith("@")):
+            index += 1
+        found = _DEF.match(lines[index]) if index < len(lines) else None
+        if found:
+            names.add(found.group(1))
     return frozenset(names)
 
 

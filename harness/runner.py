@@ -175,12 +175,21 @@ class Worker:
     def __init__(self, spec: dict, config: Config, env: dict | None = None, nice: int = 0):
         self.spec = spec
         self.scratch = Path(tempfile.mkdtemp(prefix="harness-child-"))
-        self.shared = self._shared_memory_folder(spec)
+        self.shared = None
+        try:  # every path first: a folder that cannot be made must fail here, before any process exists
+            self.shared = self._shared_memory_folder(spec)
+            paths = {"read_paths": [str(p) for p in self._read_paths()], "write_paths": self._write_paths(),
+                     "map_paths": [str(self.shared)] if self.shared else [], "trusted_dirs": self._trusted_dirs()}
+        except BaseException:
+            self._remove_folders()
+            raise
         cmd_r, cmd_w = os.pipe()
         reply_r, reply_w = os.pipe()
         self.guard_r, guard_w = os.pipe()
         key = new_key()
-        self.children_before = set(sandbox.children())
+        # The parent's other children now, but not the workers of other targets (Worker.live, excused while they
+        # live): a pid excused here stays excused, and once such a child has exited an orphan could take its pid
+        self.children_before = set(sandbox.children()) - Worker.live - Worker.owned
         env = child_environment(self.scratch, env)
         self.output = tempfile.TemporaryFile(prefix="harness-output-")  # unlinked: the child has only the descriptor
         self.process = subprocess.Popen([sys.executable, "-m", "harness.child", str(cmd_r), str(reply_w), str(guard_w)],
@@ -188,13 +197,19 @@ class Worker:
                                         stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT)
         for fd in (cmd_r, reply_w, guard_w):
             os.close(fd)
-        if nice:  # before the child is sent its spec: the compilers it starts inherit the priority
-            os.setpriority(os.PRIO_PROCESS, self.process.pid, nice)
-        send_plain(cmd_w, {**spec, "key": key.hex(), "sandbox": config.sandbox, "scratch": str(self.scratch), "file_limit": CHILD_FILE_LIMIT,
-                           "read_paths": [str(p) for p in self._read_paths()], "write_paths": self._write_paths(),
-                           "map_paths": [str(self.shared)] if self.shared else [], "trusted_dirs": self._trusted_dirs()})
-        self.send, self.recv = open_channel(reply_r, cmd_w, key)
         self.fds = (reply_r, cmd_w)
+        try:
+            if nice:  # before the child is sent its spec: the compilers it starts inherit the priority
+                os.setpriority(os.PRIO_PROCESS, self.process.pid, nice)
+            send_plain(cmd_w, {**spec, "key": key.hex(), "sandbox": config.sandbox, "scratch": str(self.scratch),
+                               "file_limit": CHILD_FILE_LIMIT, **paths})
+            self.send, self.recv = open_channel(reply_r, cmd_w, key)
+        except BaseException:  # a child never given its orders must not live on as someone's stray
+            self.kill()
+            for fd in (*self.fds, self.guard_r):
+                os.close(fd)
+            self._remove_folders()
+            raise
 
     def _read_paths(self) -> list:
         solution = Path(self.spec["path"]) if self.spec.get("path") else None
@@ -349,6 +364,9 @@ class Worker:
                 pass
         Worker.live.discard(self.process.pid)
         self._pass_on_output()
+        self._remove_folders()
+
+    def _remove_folders(self):
         remove_tree(self.scratch)
         if self.shared:
             remove_tree(self.shared)
@@ -563,15 +581,15 @@ class Run:
         self.drop_ahead()
         if not self.config.sandbox or sandbox.landlock_abi() < 6:
             return
-        if target.path is not None and (scan_violations(target.path) or (self.device.type != "cuda" and needs_cuda(target.path))):
-            return
         if target.kind == "compile" and self.device.type != "cuda":
             return
-        spec = self._spec(problem, target)
         try:
+            if target.path is not None and (scan_violations(target.path) or (self.device.type != "cuda" and needs_cuda(target.path))):
+                return
+            spec = self._spec(problem, target)
             self.ahead = (spec, spawn(spec, self.config), False)
-        except OSError:  # no process to be had now: the target spawns its own on its turn, and meets the error there
-            self.ahead = None
+        except Exception:  # noqa: BLE001 - nothing of the next target may reach this one's record: on its turn it
+            self.ahead = None  # spawns its own child, and meets the error there
 
     def _await_ahead(self) -> None:
         """Wait until the child started ahead has finished starting (it answers Ready). One that fails to

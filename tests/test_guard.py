@@ -540,9 +540,22 @@ def test_own_kernels_are_those_the_solution_declares():
     ''')
     assert profiling.declared_kernels(source) == {"rows_kernel", "finish", "tri_kernel"}
     assert profiling.declared_kernels("import torch\n") == frozenset()
+    assert profiling.declared_kernels("@triton.autotune(configs=[])\n@triton.jit\n\ndef tuned(x):\n    pass\n") == {"tuned"}
     rows = [("void rows_kernel<4>(float const*)", True, 3000), ("void at_cuda_detail::cub::DeviceScanKernel<int>(int*)", True, 5000),
             ("void at::native::vectorized_elementwise_kernel<4, rows_kernel>(int)", True, 1000), ("aten::cumsum", False, 9000)]
     mine = profiling.kernel_summary(rows, own_names=frozenset({"rows_kernel", "finish"}))
     assert mine["own_kernels"] == 1 and abs(mine["own_share"] - 3 / 9) < 1e-9
     anyone = profiling.kernel_summary(rows)  # no declared kernels (macros, CUTLASS): the library's names decide
     assert anyone["own_kernels"] == 2
+
+
+def test_finding_declared_kernels_takes_linear_time():
+    """The parent reads a solution's declared kernels while the target before it runs (Run.start_ahead builds the
+    next target's spec): 200,000 decorator lines with no def after them held the parent for minutes (a red-team
+    find), and as many `__global__` with no body would each have been searched 2,000 characters on."""
+    import time
+
+    for source in ("@triton.jit\n" * 200_000, "x = '" + "__global__ " * 200_000 + "'\n"):
+        start = time.perf_counter()
+        profiling.declared_kernels(source)
+        assert time.perf_counter() - start < 2.0

@@ -384,3 +384,36 @@ def test_a_child_started_ahead_that_died_is_replaced_not_blamed(tmp_path, monkey
     run = Run(CPU, tmp_path / "runs.jsonl", config, seed=6)
     records = run.evaluate_problem(find_problem("softmax"), [Target("solution", p.stem, path=p) for p in (wrong, honest)])
     assert [(r["status"], r["rule"]) for r in records] == [("failed", "wrong-output"), ("ok", "")], [r["reason"] for r in records]
+
+
+def test_a_next_target_that_cannot_start_leaves_nothing_behind(tmp_path):
+    """A file name so long that its extension folder cannot be made (a red-team find): the child was started before the
+    folder, then left waiting, and as a stray of the target before it (whose child was running) got that honest
+    target rejected. Nothing is started before the paths exist; the long name is its own target's failure."""
+    honest = write_solution(tmp_path, HONEST.read_text(), "honest.py")
+    long_name = write_solution(tmp_path, HONEST.read_text(), "x" * 240 + ".py")
+    config = Config(trials=1, budget_s=0.05, min_reps=3, call_timeout_s=60, shapes=("one_row",))
+    run = Run(CPU, tmp_path / "runs.jsonl", config, seed=7)
+    before = set(runner.sandbox.children())
+    records = run.evaluate_problem(find_problem("softmax"), [Target("solution", p.stem, path=p) for p in (honest, long_name)])
+    assert records[0]["status"] == "ok", records[0]["reason"]
+    assert records[1]["status"] == "failed"
+    assert set(runner.sandbox.children()) <= before
+
+
+def test_a_child_started_while_another_lives_does_not_excuse_its_pid(tmp_path):
+    """A pid in a worker's `children_before` is excused from its stray count for good. The child started ahead is
+    spawned while the running target's child lives: had it excused that pid, an orphan of its own solution that took
+    the pid once the other child had exited (pid reuse, a red-team find) ran unseen through its checks and timing."""
+    honest = write_solution(tmp_path, HONEST.read_text(), "honest.py")
+    run = Run(CPU, tmp_path / "runs.jsonl", Config(shapes=("one_row",)), seed=8)
+    spec = run._spec(find_problem("softmax"), Target("solution", "honest", path=honest))
+    running = runner.spawn(spec, run.config)
+    try:
+        ahead = runner.spawn(spec, run.config)
+        try:
+            assert running.process.pid not in ahead.children_before
+        finally:
+            ahead.close()
+    finally:
+        running.close()
