@@ -226,7 +226,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         return found
 
     handlers_before = handlers_now()
-    state = {"module": None, "models": {}, "external": None, "sealed": None, "held": None}
+    state = {"module": None, "models": {}, "external": None, "sealed": None, "held": None, "unfreeze": False}
 
     def verify(phase: str):
         """The checkpoint after every phase that ran solution code. Threads first: a thread of the solution's
@@ -250,7 +250,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
             raise Failure("tampering", f"after {phase}: a signal handler or interval timer was installed")
 
     gc_module = __import__("gc")
-    gc_collect, gc_disable, gc_freeze = gc_module.collect, gc_module.disable, gc_module.freeze
+    gc_collect, gc_disable, gc_freeze, gc_unfreeze = gc_module.collect, gc_module.disable, gc_module.freeze, gc_module.unfreeze
     gc_disable()  # collections happen in release() alone: a finalizer is solution code, and must run where that may
     # What exists now (torch's heap, ours) is frozen: no collection looks at it again. A full one over it takes
     # ~200 ms, which every shape's change of models would otherwise pay.
@@ -262,8 +262,12 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         code) run before the checkpoint, never between the checkpoint and the reply; the collector stays off
         after (the solution may have switched it on). The solution's module, once imported, is frozen too
         (`freeze`), so a collection looks only at what came since: models, which a change of shape drops, and
-        each request's garbage. A baseline freezes after every request (it leaves no garbage worth finding)."""
+        each request's garbage. A baseline freezes after every request (torch.compile leaves a large heap), and
+        unfreezes once its models were dropped, so that those in cycles are collected with what they hold."""
         state["sealed"] = state["held"] = None  # the last request's slots and records: callbacks hung on them run here
+        if state["unfreeze"]:
+            gc_unfreeze()
+            state["unfreeze"] = False
         gc_collect()
         if freeze:
             gc_freeze()
@@ -306,6 +310,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
 
     def model_for(shape_name: str):
         if shape_name not in state["models"]:
+            state["unfreeze"] = bool(state["models"]) and not is_solution  # a baseline's were frozen with its heap
             state["models"].clear()  # those in cycles go at this request's release
             shape = problem.shape(shape_name)
             extra = [state["module"]] if state["module"] is not None else []
