@@ -226,7 +226,7 @@ def serve(spec: dict, send, recv, guard_fd: int, sandbox_status: str) -> None:
         return found
 
     handlers_before = handlers_now()
-    state = {"module": None, "models": {}, "external": None, "sealed": None, "held": None, "unfreeze": False}
+    state = {"module": None, "models": {}, "external": None, "unfreeze": False, "sealed": None, "held": None}
 
     def verify(phase: str):
         """The checkpoint after every phase that ran solution code. Threads first: a thread of the solution's

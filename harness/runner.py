@@ -534,13 +534,13 @@ class Run:
         if target.kind == "solution" and self.device.type != "cuda" and needs_cuda(target.path):
             record.status, record.reason = "skipped", "builds CUDA kernels: needs a CUDA GPU, and this machine has none (not timed)"
             return record.to_json()
-        ahead = self._take_ahead(problem, target)  # after the returns above: start_ahead never starts a child for those
         self.report(f"{target.label}: starting")
         # Inputs of this target's own: two candidates of a batch (one Run) never see the same sets, so one cannot
         # hand the other answers (twins share their by-content build folder, which the child may write).
         self.target_seed = derive_seed(self.seed, "target", target.kind, target.label, str(target.path or ""))
-        worker = None
+        worker = ahead = None
         try:
+            ahead = self._take_ahead(problem, target)  # after the returns above: start_ahead never starts a child for those
             if target.kind == "solution":
                 violations = scan_violations(target.path)
                 if violations:
@@ -610,7 +610,12 @@ class Run:
         the target spawns a fresh child."""
         if self.ahead is None:
             return None
-        if self.ahead[0] != self._spec(problem, target):
+        try:
+            same = self.ahead[0] == self._spec(problem, target)
+        except BaseException:
+            self.drop_ahead()
+            raise
+        if not same:
             self.drop_ahead()
             return None
         self._await_ahead()
