@@ -623,7 +623,8 @@ def private_files(solution: Path) -> list:
     hash covers them: a header's change is a change of every solution that uses it."""
     folder = Path(solution).resolve().parent
     folders = [folder] + ([folder.parent] if folder.parent == SOLUTIONS_DIR.resolve() else [])
-    return sorted(p for f in folders for p in f.glob("_*") if p.is_file())
+    # Regular files only: a link (to /proc/self/mem, say) failed every solution beside it (red team)
+    return sorted(p for f in folders for p in f.glob("_*") if p.is_file() and not p.is_symlink())
 
 
 def discover_solutions(problem_name: str, root: Path = SOLUTIONS_DIR) -> list:

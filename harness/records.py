@@ -155,9 +155,10 @@ def code_text(source: str) -> str:
                 and isinstance(body[0].value.value, str):
             doc = body[0].value
             docstrings.append(((doc.lineno, doc.col_offset), (doc.end_lineno, doc.end_col_offset)))
-    lines = [line.encode() for line in source.splitlines()]
+    text_lines = source.splitlines()
+    lines = [line.encode() for line in text_lines]
     # ast columns count UTF-8 bytes and tokenize's count characters: every span is cut in bytes, last first
-    spans = docstrings + [((a, len(source.splitlines()[a - 1][:b].encode())), (c, len(source.splitlines()[c - 1][:d].encode())))
+    spans = docstrings + [((a, len(text_lines[a - 1][:b].encode())), (c, len(text_lines[c - 1][:d].encode())))
                           for (a, b), (c, d) in comments]
     for (start_line, start_col), (end_line, end_col) in sorted(set(spans), reverse=True):
         lines[start_line - 1:end_line] = [lines[start_line - 1][:start_col] + lines[end_line - 1][end_col:]]

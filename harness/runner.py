@@ -527,7 +527,14 @@ class Run:
     def evaluate_target(self, problem: Problem, target: Target, baselines: dict, then: tuple | None = None) -> dict:
         """The target's record (as written to runs.jsonl): every stage fills its part of one Record. `then`, the
         (problem, target) evaluated next, has its child started as this one's starts (start_ahead)."""
-        record = self._base_record(problem, target)
+        try:
+            record = self._base_record(problem, target)
+        except Exception as error:  # noqa: BLE001 - a file the checker cannot read is this target's failure alone
+            record = Record(run_id=self.run_id, problem=problem.name, kind=target.kind, name=target.name,
+                            path=str(target.path) if target.path else None, device=self.env.get("gpu"), env=self.env)
+            record.status, record.rule = "failed", "harness-error"
+            record.reason = f"the checker could not read the target ({type(error).__name__}: {str(error)[:200]}); not the solution's verdict"
+            return record.to_json()
         if target.kind == "compile" and self.device.type != "cuda":
             record.status, record.reason = "skipped", "torch.compile baseline is timed on GPU runs only"
             return record.to_json()

@@ -318,9 +318,11 @@ def child_read_paths(solution: Path | None, problem_dir: Path, extra=()) -> list
         real = os.path.realpath(path)
         if any(_is_within(os.path.realpath(f), real) for f in forbidden if os.path.exists(f)):
             continue
-        if real not in resolved:
-            resolved.append(real)
-    kept = [p for p in resolved if not any(q != p and _is_within(p, q) for q in resolved)]
+        resolved.append(real)
+    # Nested paths dropped by looking their folders up (linear: thousands of `_*` files beside a solution made a
+    # pairwise comparison take seconds in the parent, red team)
+    found = set(resolved)
+    kept = [p for p in found if not any(str(parent) in found for parent in Path(p).parents)]
     return [Path(p) for p in sorted(kept)]
 
 

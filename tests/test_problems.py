@@ -205,3 +205,14 @@ def test_core_ops_match_by_pattern_and_only_in_torchs_namespaces():
     assert infonce.reference_ops_in(["mkldnn::_linear_pointwise", "conv2d", "_convert_indices_from_coo_to_csr",
                                      "resolve_conj", "div", "sum"]) == ["conv2d", "mkldnn::_linear_pointwise"]
     assert "_softmax" in softmax.core_op_names() and "scaled_dot_product_attention" in softmax.core_op_names()
+
+
+def test_private_files_are_regular_files_never_links(tmp_path):
+    """A `_x` linked to /proc/self/mem beside the candidates failed every one of them when the parent read it for
+    their code hash and own kernels, and a read outside the try ended the eval (red team): links are not private files."""
+    from harness.problem import private_files
+
+    (tmp_path / "cand.py").write_text("x = 1\n")
+    (tmp_path / "_shared.cuh").write_text("// device code\n")
+    (tmp_path / "_x").symlink_to("/proc/self/mem")
+    assert private_files(tmp_path / "cand.py") == [tmp_path / "_shared.cuh"]

@@ -417,3 +417,15 @@ def test_a_child_started_while_another_lives_does_not_excuse_its_pid(tmp_path):
             ahead.close()
     finally:
         running.close()
+
+
+def test_a_target_whose_file_cannot_be_read_is_its_own_failure(tmp_path):
+    """The record's hashes read the file before anything else: an error there ended the whole eval (red team), and
+    the targets after it had no record. It is that target's harness-error now; the next one is evaluated."""
+    unreadable = tmp_path / "folder.py"
+    unreadable.mkdir()
+    honest = write_solution(tmp_path, HONEST.read_text(), "honest.py")
+    config = Config(trials=1, budget_s=0.05, min_reps=3, call_timeout_s=60, shapes=("one_row",))
+    run = Run(CPU, tmp_path / "runs.jsonl", config, seed=9)
+    records = run.evaluate_problem(find_problem("softmax"), [Target("solution", p.stem, path=p) for p in (unreadable, honest)])
+    assert [(r["status"], r["rule"]) for r in records] == [("failed", "harness-error"), ("ok", "")], [r["reason"] for r in records]

@@ -249,3 +249,24 @@ def test_the_scan_takes_linear_time_on_unclosed_comments(tmp_path):
     scan_violations(path)
     scan_source(path, [])
     assert time.monotonic() - start < 10
+
+
+def test_the_scan_and_the_code_hash_take_linear_time_on_crafted_sources(tmp_path):
+    """The parent scans the next target while another runs (Run.start_ahead), and hashes every target's code: an
+    unclosed C string of quotes (the literal regex went quadratic), 20,000 repeated findings (each looked up in a
+    list) and 16,000 comment lines (each split the whole file twice) each held it for minutes to hours (red team)."""
+    import time
+
+    from harness.records import code_text
+
+    sources = {"quotes.py": "import torch  # cuda_sources\n_blob = " + repr('"' + '\\"' * 100_000) + "\n",
+               "findings.py": "import sys\n" + "sys._getframe()\n" * 20_000,
+               "comments.py": "x = 1\n" + "# a comment\n" * 16_000}
+    for name, source in sources.items():
+        path = tmp_path / name
+        path.write_text(source)
+        start = time.monotonic()
+        scan_violations(path)
+        scan_source(path, [])
+        code_text(source)
+        assert time.monotonic() - start < 10, name
