@@ -623,7 +623,7 @@ def private_files(solution: Path) -> list:
     hash covers them: a header's change is a change of every solution that uses it."""
     folder = Path(solution).resolve().parent
     folders = [folder] + ([folder.parent] if folder.parent == SOLUTIONS_DIR.resolve() else [])
-    # Regular files only: a link (to /proc/self/mem, say) failed every solution beside it (red team)
+    # Regular files only: a link (to /proc/self/mem, say) would fail every solution beside it
     return sorted(p for f in folders for p in f.glob("_*") if p.is_file() and not p.is_symlink())
 
 

@@ -320,7 +320,7 @@ def child_read_paths(solution: Path | None, problem_dir: Path, extra=()) -> list
             continue
         resolved.append(real)
     # Nested paths dropped by looking their folders up (linear: thousands of `_*` files beside a solution made a
-    # pairwise comparison take seconds in the parent, red team)
+    # pairwise comparison take seconds in the parent)
     found = set(resolved)
     kept = [p for p in found if not any(str(parent) in found for parent in Path(p).parents)]
     return [Path(p) for p in sorted(kept)]

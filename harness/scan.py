@@ -303,7 +303,7 @@ class _Scanner(ast.NodeVisitor):
 
     def _check_native(self, node, text, where):
         code = _strip_c_comments(text)
-        # A literal runs to its closing quote or the line's end: one left open made the search quadratic (red team)
+        # A literal runs to its closing quote or the line's end: one left open would make the search quadratic
         bare = re.sub(r'"(?:[^"\\\n]|\\.)*(?:"|$)', '""', code, flags=re.M)
         for pattern, rule, reason in NATIVE_PATTERNS:
             match = re.search(pattern, bare if rule in _CODE_ONLY_RULES else code, re.M)
